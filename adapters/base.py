@@ -1,0 +1,162 @@
+"""The one interface every backend implements.
+
+An adapter knows how to lower a module for one backend and how to call the
+result, nothing else: the runner owns the clock (phases are marked through
+``CompileContext.phase``), the inputs, the numerics and the records.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+
+class BackendUnavailable(RuntimeError):
+    """Raised by an adapter when it cannot run here (missing package, no device)."""
+
+
+@dataclass
+class CompileContext:
+    """What the runner hands an adapter for one (workload, backend) cell."""
+
+    workload_name: str
+    workload_key: str  # name + size + shapes/dtypes hash, for caches
+    device: str  # "cpu" or "cuda"
+    threads: int
+    work_dir: Path  # scratch space for this cell, deleted afterwards
+    cache: str = "cold"  # "cold": build from nothing; "warm": use persistent artifacts
+    cache_root: Path | None = None  # persistent store (tuning_logs/), keyed by the adapter
+    options: dict[str, Any] = field(default_factory=dict)  # backend options from the CLI
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds (runner's clock)
+    info: dict[str, Any] = field(default_factory=dict)  # extra facts an adapter reports
+    on_phase: Any = None  # callback(name) so the parent can show progress
+
+    def persistent_dir(self, backend: str, target: str) -> Path:
+        """``<cache_root>/<backend>/<target key>/<workload key>/`` (created)."""
+        root = self.cache_root if self.cache_root is not None else self.work_dir / "store"
+        path = Path(root) / backend / target / self.workload_key
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self.on_phase is not None:
+            self.on_phase(name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + (time.perf_counter() - start)
+
+
+class Compiled(ABC):
+    """A lowered module, callable on backend-native inputs.
+
+    ``prepare`` converts torch inputs once (upload, numpy conversion) outside
+    the timed region; ``run`` is what gets timed; ``outputs_to_torch`` converts
+    results back for the numerics check (also untimed).
+    """
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        return list(inputs)
+
+    @abstractmethod
+    def run(self, prepared: Any) -> Any: ...
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        return flatten_outputs(outputs)
+
+    def synchronize(self) -> None:
+        """Block until queued device work is done (CUDA); no-op on CPU."""
+
+
+class Backend(ABC):
+    """A compiler (or the eager reference) behind one small interface."""
+
+    name: str = ""
+    description: str = ""
+    # distributions whose versions identify this backend (recorded, used in cache keys)
+    packages: tuple[str, ...] = ()
+    install_hint: str = ""
+    devices: tuple[str, ...] = ("cpu",)
+
+    def available(self, device: str = "cpu") -> tuple[bool, str]:
+        """(True, "") when this backend can run on ``device`` here, else (False, reason)."""
+        for module in self.required_modules():
+            if importlib.util.find_spec(module) is None:
+                hint = f"; install with: {self.install_hint}" if self.install_hint else ""
+                return False, f"python module {module!r} is not installed{hint}"
+        if device not in self.devices:
+            return False, f"{self.name} has no {device} target in dlcompare"
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return False, "no CUDA device visible to torch"
+        return True, ""
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ()
+
+    def versions(self) -> dict[str, str]:
+        out = {}
+        for dist in self.packages:
+            try:
+                out[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                out[dist] = "not installed"
+        return out
+
+    def process_env(self, ctx: CompileContext) -> dict[str, str]:
+        """Environment variables the worker sets before importing any framework
+        (cache folders, thread pools that read their size at import)."""
+        return {}
+
+    @abstractmethod
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+        """Lower ``module`` for ``example_inputs``; mark phases with ``ctx.phase``."""
+
+
+def flatten_outputs(outputs: Any) -> list[Any]:
+    """Nested tuples/lists/dicts of tensors or arrays -> flat list, in order."""
+    if isinstance(outputs, (list, tuple)):
+        flat: list[Any] = []
+        for item in outputs:
+            flat.extend(flatten_outputs(item))
+        return flat
+    if isinstance(outputs, dict):
+        return flatten_outputs(list(outputs.values()))
+    return [outputs]
+
+
+def slug(text: str) -> str:
+    """Lower-case, [a-z0-9.-] only: safe as one path component."""
+    out = "".join(ch if ch.isalnum() or ch in ".-" else "-" for ch in text.lower())
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out.strip("-")[:80] or "unknown"
+
+
+def host_cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def target_key(device: str, threads: int, versions: dict[str, str], cpu: str | None = None) -> str:
+    """Folder name that separates caches by what makes compiled code differ:
+    device, CPU model, thread count and the compiler's version."""
+    cpu = cpu or host_cpu_name()
+    parts = [device, slug(cpu), f"{threads}t"] + [f"{slug(k)}{slug(v)}" for k, v in sorted(versions.items())]
+    return "_".join(parts)

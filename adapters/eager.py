@@ -1,0 +1,40 @@
+"""PyTorch eager: the reference every other backend is measured against."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .base import Backend, Compiled, CompileContext
+
+
+class TorchCompiled(Compiled):
+    """Calls a torch callable under no_grad (inference only, as in the survey)."""
+
+    def __init__(self, fn, device: str):
+        import torch
+
+        self._fn = fn
+        self._no_grad = torch.no_grad
+        self._cuda = device == "cuda"
+
+    def run(self, prepared: Any) -> Any:
+        with self._no_grad():
+            return self._fn(*prepared)
+
+    def synchronize(self) -> None:
+        if self._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+
+class EagerBackend(Backend):
+    name = "eager"
+    description = "PyTorch eager mode (the reference)"
+    packages = ("torch",)
+    devices = ("cpu", "cuda")
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("torch",)
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+        return TorchCompiled(module, ctx.device)

@@ -1,0 +1,75 @@
+"""TorchInductor through ``torch.compile``.
+
+Compilation is lazy in torch.compile, so the adapter triggers it with one call
+on the example inputs and splits that call into phases from dynamo's own
+timers: ``trace`` (dynamo + AOT), ``codegen`` (Inductor lowering, C++/Triton
+compile) and ``first_call`` (the rest: guards and the first execution).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from .base import Backend, Compiled, CompileContext, target_key
+from .eager import TorchCompiled
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class InductorBackend(Backend):
+    name = "inductor"
+    description = "TorchInductor via torch.compile (C++/OpenMP on CPU, Triton on CUDA)"
+    packages = ("torch",)
+    devices = ("cpu", "cuda")
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("torch",)
+
+    def process_env(self, ctx: CompileContext) -> dict[str, str]:
+        # Inductor reads its cache folder from the environment: a fresh folder per
+        # cell is a cold compile, the persistent store a warm one.
+        if ctx.cache == "warm":
+            folder = ctx.persistent_dir(self.name, target_key(ctx.device, ctx.threads, self.versions()))
+        else:
+            folder = ctx.work_dir / "inductor-cache"
+        return {"TORCHINDUCTOR_CACHE_DIR": str(folder), "TRITON_CACHE_DIR": str(folder / "triton")}
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+        import torch
+        import torch._dynamo
+        from torch._dynamo.utils import compilation_time_metrics, counters
+
+        mode = ctx.options.get("inductor_mode", "default")
+        if mode not in MODES:
+            raise ValueError(f"unknown inductor mode {mode!r} (known: {', '.join(MODES)})")
+        # The runner points TORCHINDUCTOR_CACHE_DIR at a fresh folder (cold) or the
+        # persistent store (warm) before torch is imported; record where it went.
+        ctx.info["inductor_cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        ctx.info["inductor_mode"] = mode
+        dynamic = ctx.options.get("dynamic", False)
+        compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=dynamic)
+
+        with ctx.phase("compile"):
+            with torch.no_grad():
+                compiled(*example_inputs)
+            if ctx.device == "cuda":
+                torch.cuda.synchronize()
+        total = ctx.phases.pop("compile")
+        compile_inner = sum(compilation_time_metrics.get("_compile.compile_inner", []))
+        backend_compile = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
+        ctx.phases["trace"] = max(compile_inner - backend_compile, 0.0)
+        ctx.phases["codegen"] = backend_compile
+        ctx.phases["first_call"] = max(total - compile_inner, 0.0)
+
+        inductor_counters = dict(counters["inductor"])
+        hits = inductor_counters.get("fxgraph_cache_hit", 0)
+        misses = inductor_counters.get("fxgraph_cache_miss", 0)
+        ctx.info["cache_evidence"] = {
+            "fxgraph_cache_hit": hits,
+            "fxgraph_cache_miss": misses,
+            "autograd_cache_hit": dict(counters["aot_autograd"]).get("autograd_cache_hit", 0),
+        }
+        ctx.info["cache_result"] = "hit" if hits and not misses else "miss"
+        ctx.info["graphs"] = dict(counters["stats"]).get("unique_graphs", 0)
+        ctx.info["graph_breaks"] = sum(dict(counters["graph_break"]).values())
+        return TorchCompiled(compiled, ctx.device)

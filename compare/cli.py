@@ -1,0 +1,315 @@
+"""Command line: ``python -m compare [run] --backends inductor,ort ...``.
+
+Exit codes: 0 every cell measured and agreeing with eager; 1 some cell failed,
+timed out, ran out of memory or disagreed numerically (everything is still
+written); 2 bad input; 130 interrupted by Ctrl-C, 143 by SIGTERM.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_OK, EXIT_CELL_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+DEFAULT_BACKENDS = "inductor,ort"
+SUBCOMMANDS = ("run", "list", "report", "overhead")
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage wall
+        raise UsageError(message)
+
+
+def _csv(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be positive")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not (number > 0) or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} must be a positive finite number")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from workloads import SIZES
+
+    parser = _Parser(prog="python -m compare", description="Compare deep-learning compilers on the same workloads.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="measure workloads x backends (the default command)")
+    run.add_argument("--backends", type=_csv, default=_csv(DEFAULT_BACKENDS),
+                     help=f"comma-separated backends to compare with eager (default: {DEFAULT_BACKENDS})")
+    run.add_argument("--workloads", type=_csv, default=None, help="comma-separated workloads (default: all)")
+    run.add_argument("--workload-file", action="append", default=[], metavar="PATH",
+                     help="Python file defining extra workloads (run as code); repeatable")
+    run.add_argument("--size", choices=SIZES, default="default")
+    run.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    run.add_argument("--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)")
+    run.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds per cell before it is killed")
+    run.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+                     help="address-space limit per worker (cells over it are out_of_memory)")
+    run.add_argument("--output-dir", default=None, help="where results go (default: reports/<timestamp>/)")
+    run.add_argument("--cache", choices=("cold", "warm"), default="cold",
+                     help="cold: compile from nothing; warm: reuse persistent compile artifacts")
+    run.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
+    run.add_argument("--inductor-mode", default="default",
+                     choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    run.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
+                     help="soft budget in seconds for sampling one cell's latency")
+    run.add_argument("--min-samples", type=_positive_int, default=10)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--keep-work-dirs", action="store_true", help="keep each worker's scratch folder")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
+
+    lst = sub.add_parser("list", help="list workloads and backends with their availability")
+    lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    lst.add_argument("--size", choices=SIZES, default="default")
+    lst.add_argument("--workload-file", action="append", default=[], metavar="PATH")
+
+    rep = sub.add_parser("report", help="rewrite summary.md and results.csv from a run's results.json")
+    rep.add_argument("run_dir")
+
+    ovh = sub.add_parser("overhead", help="benchmark: the harness's timing vs a bare perf_counter loop")
+    ovh.add_argument("--repeats", type=_positive_int, default=15)
+    return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    argv = list(argv)
+    # The bare form is "run": python -m compare --backends inductor,ort
+    if not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help"):
+        argv = ["run"] + argv
+    return build_parser().parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from adapters.base import BackendUnavailable  # noqa: F401  (import check: fail early if broken)
+    from workloads import WorkloadError
+
+    from .results import ResultsError
+
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+        if args.command == "list" or getattr(args, "list", False):
+            return cmd_list(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "overhead":
+            from .overhead import main as overhead_main
+
+            return overhead_main(args.repeats)
+        return cmd_run(args)
+    except (UsageError, WorkloadError, ResultsError) as exc:
+        print(f"compare: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+# ----------------------------------------------------------------------------- run
+
+def _check_output_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"output dir {path} is not writable ({exc.strerror or exc})") from None
+
+
+def make_config(args: argparse.Namespace):
+    from adapters import backend_names
+    from workloads import resolve_workloads
+
+    from .environment import available_cores
+    from .runner import RunConfig
+
+    known = backend_names()
+    backends = ["eager"] + [b for b in args.backends if b != "eager"]
+    for b in backends:
+        if b not in known:
+            raise UsageError(f"unknown backend {b!r} (known: {', '.join(known)})")
+    if len(set(backends)) != len(backends):
+        raise UsageError("a backend is listed twice in --backends")
+    workloads = resolve_workloads(args.workloads, args.workload_file)  # WorkloadError on bad names/files
+    for w in workloads:
+        w.input_specs(args.size)  # validate shapes now: a bad size is a usage error, not a failed cell
+    threads = args.threads or available_cores()
+    output_dir = Path(args.output_dir) if args.output_dir else Path("reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    _check_output_dir(output_dir)
+    return RunConfig(
+        backends=backends,
+        workloads=[w.name for w in workloads],
+        size=args.size,
+        device=args.device,
+        threads=threads,
+        timeout_s=args.timeout,
+        memory_limit_mb=args.memory_limit,
+        cache=args.cache,
+        cache_root=str(Path(args.tuning_logs)),
+        output_dir=str(output_dir),
+        workload_files=[str(Path(f).resolve()) for f in args.workload_file],
+        seed=args.seed,
+        timing={"budget_s": args.time_budget, "min_samples": args.min_samples},
+        options={"inductor_mode": args.inductor_mode},
+        keep_work_dirs=args.keep_work_dirs,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .report import problems, rich_table
+    from .runner import RunInterrupted, Runner
+
+    config = make_config(args)
+    console = Console(stderr=True)
+    progress = None if args.quiet else RichProgress(console)
+    runner = Runner(config, progress)
+
+    received = {"signal": None}
+
+    def on_sigterm(signum, frame):
+        received["signal"] = signum
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with (progress or contextlib.nullcontext()):
+            results = runner.run()
+    except RunInterrupted:
+        which = "SIGTERM" if received["signal"] == signal.SIGTERM else "Ctrl-C"
+        print(f"compare: interrupted by {which}; finished cells are saved in {config.output_dir}", file=sys.stderr)
+        return EXIT_SIGTERM if received["signal"] == signal.SIGTERM else EXIT_SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    out = wide_console()
+    out.print(rich_table(results))
+    issues = problems(results)
+    for line in issues:
+        out.print(f"[red]problem:[/red] {line}", highlight=False)
+    out.print(f"results: {Path(config.output_dir) / 'results.json'}", highlight=False)
+    return EXIT_CELL_FAILED if issues else EXIT_OK
+
+
+class RichProgress:
+    """Which cell, which phase: a live line on stderr while the run goes."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=False,
+        )
+        self._task = None
+        self._label = ""
+
+    def __enter__(self):
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+    def cell_started(self, index, total, workload, backend):
+        self._label = f"{workload} x {backend}"
+        if self._task is None:
+            self._task = self._progress.add_task(self._label, total=total, completed=index - 1)
+        self._progress.update(self._task, description=f"{self._label}: starting", completed=index - 1)
+
+    def phase(self, workload, backend, phase):
+        self._progress.update(self._task, description=f"{self._label}: {phase}")
+
+    def cell_finished(self, cell):
+        detail = cell.status
+        if cell.status == "ok" and cell.speedup is not None:
+            detail += f", {cell.speedup:.2f}x"
+        elif cell.error:
+            detail += f": {cell.error[:100]}"
+        self._progress.console.print(f"  {cell.workload} x {cell.backend}: {detail}", highlight=False)
+        self._progress.advance(self._task)
+
+
+def wide_console():
+    """Tables stay readable when stdout is a file or a CI log (rich assumes 80 columns)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+# ----------------------------------------------------------------------------- list / report
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from adapters import backend_names, get_backend
+    from workloads import resolve_workloads
+
+    console = wide_console()
+    wt = Table(title=f"workloads (size {args.size})")
+    for col in ("name", "description", "inputs", "dynamic dims", "source"):
+        wt.add_column(col, overflow="fold")
+    for w in resolve_workloads(None, args.workload_file):
+        specs = w.input_specs(args.size)
+        wt.add_row(
+            w.name, w.description,
+            "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),
+            "; ".join(", ".join(f"{d}={n}" for d, n in s.dynamic_dims.items()) for s in specs),
+            w.source,
+        )
+    console.print(wt)
+    bt = Table(title=f"backends (device {args.device})")
+    for col in ("name", "available", "versions", "description / reason"):
+        bt.add_column(col, overflow="fold")
+    for name in backend_names():
+        backend = get_backend(name)
+        ok, reason = backend.available(args.device)
+        versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items())
+        bt.add_row(name, "yes" if ok else "no", versions, backend.description if ok else reason)
+    console.print(bt)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .report import rich_table, write_tables
+    from .results import RunResults
+
+    results = RunResults.load(args.run_dir)
+    run_dir = Path(args.run_dir)
+    if run_dir.is_file():
+        run_dir = run_dir.parent
+    write_tables(results, run_dir)
+    wide_console().print(rich_table(results))
+    return EXIT_OK

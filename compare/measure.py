@@ -1,0 +1,221 @@
+"""Measurement: timing with statistics, numerical agreement, break-even.
+
+Timing follows torch.utils.benchmark / pyperf practice: warm up, calibrate a
+number of calls per sample so the clock's resolution and the loop's overhead
+vanish, then take samples until the median is known precisely enough or the
+time budget ends. The reference and the candidate are sampled alternately
+(ABBA order) so machine drift cancels out of their ratio.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .results import LatencyStats
+
+# A cell is flagged noisy when its interquartile range exceeds this share of the median.
+NOISY_REL_IQR = 0.10
+
+
+@dataclass
+class TimingConfig:
+    warmup_s: float = 0.2  # at least this long of warm-up calls (and >= 2 calls)
+    min_sample_s: float = 0.01  # each sample runs enough calls to last this long
+    min_samples: int = 10
+    max_samples: int = 300
+    budget_s: float = 8.0  # soft budget for the sampling loop of one cell
+    target_rel_se: float = 0.005  # stop once the median's standard error is below 0.5 %
+
+
+def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None]) -> float:
+    """Seconds per call over ``number`` back-to-back calls. The loop is kept bare
+    so the harness adds nothing measurable (see ``python -m compare overhead``)."""
+    start = time.perf_counter()
+    for _ in range(number):
+        run(arg)
+    sync()
+    return (time.perf_counter() - start) / number
+
+
+def warm_up(run: Callable[[Any], Any], arg: Any, sync: Callable[[], None], warmup_s: float) -> float:
+    """Call until ``warmup_s`` has passed (at least twice); return the last call's seconds."""
+    deadline = time.perf_counter() + warmup_s
+    calls = 0
+    last = 0.0
+    while calls < 2 or time.perf_counter() < deadline:
+        last = sample_once(run, arg, 1, sync)
+        calls += 1
+    return last
+
+
+def calibrate(single_call_s: float, min_sample_s: float) -> int:
+    return max(1, math.ceil(min_sample_s / max(single_call_s, 1e-9)))
+
+
+def summarize(samples_s: Sequence[float], number: int) -> LatencyStats:
+    ms = np.asarray(samples_s, dtype=np.float64) * 1e3
+    q = np.percentile(ms, [10, 25, 50, 75, 90])
+    return LatencyStats(
+        median=float(q[2]),
+        p10=float(q[0]),
+        p90=float(q[4]),
+        q1=float(q[1]),
+        q3=float(q[3]),
+        mean=float(ms.mean()),
+        min=float(ms.min()),
+        n=int(ms.size),
+        number=int(number),
+        samples=[float(x) for x in ms],
+    )
+
+
+def median_rel_se(samples: Sequence[float]) -> float:
+    """Standard error of the median relative to it, from the IQR (robust to outliers).
+    se(median) ~ 1.2533 * sigma / sqrt(n), sigma ~ IQR / 1.349."""
+    if len(samples) < 4:
+        return math.inf
+    arr = np.asarray(samples)
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    if med <= 0:
+        return math.inf
+    return 1.2533 * ((q3 - q1) / 1.349) / math.sqrt(arr.size) / med
+
+
+@dataclass
+class Timed:
+    run: Callable[[Any], Any]
+    arg: Any
+    sync: Callable[[], None]
+
+
+def time_alternating(
+    candidates: Sequence[Timed], config: TimingConfig
+) -> list[LatencyStats]:
+    """Sample each callable in turn, round after round, in ABBA order.
+
+    All callables share one calibration of calls-per-sample each, and the loop
+    stops when every median is precise to ``target_rel_se``, or the budget is
+    spent (after ``min_samples``), or ``max_samples`` is reached. A hard stop at
+    four times the budget protects against pathologically slow calls.
+    """
+    numbers = []
+    for c in candidates:
+        single = warm_up(c.run, c.arg, c.sync, config.warmup_s)
+        numbers.append(calibrate(single, config.min_sample_s))
+    samples: list[list[float]] = [[] for _ in candidates]
+    start = time.perf_counter()
+    rounds = 0
+    order = list(range(len(candidates)))
+    while True:
+        sequence = order if rounds % 2 == 0 else order[::-1]
+        for i in sequence:
+            c = candidates[i]
+            samples[i].append(sample_once(c.run, c.arg, numbers[i], c.sync))
+        rounds += 1
+        elapsed = time.perf_counter() - start
+        if rounds >= config.max_samples:
+            break
+        if rounds >= config.min_samples:
+            if all(median_rel_se(s) <= config.target_rel_se for s in samples):
+                break
+            if elapsed >= config.budget_s:
+                break
+        elif elapsed >= 4 * config.budget_s and rounds >= 3:
+            break
+    return [summarize(s, n) for s, n in zip(samples, numbers)]
+
+
+def speedup_interval(ref: LatencyStats, cand: LatencyStats, resamples: int = 2000, seed: int = 0) -> list[float]:
+    """Bootstrap 95% interval of median(ref) / median(cand)."""
+    a = np.asarray(ref.samples)
+    b = np.asarray(cand.samples)
+    if a.size < 2 or b.size < 2:
+        return [ref.median / cand.median] * 2
+    rng = np.random.default_rng(seed)
+    ra = np.median(rng.choice(a, size=(resamples, a.size)), axis=1)
+    rb = np.median(rng.choice(b, size=(resamples, b.size)), axis=1)
+    ratios = ra / rb
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+# ----------------------------------------------------------------------------- numerics
+
+# (rtol, atol) per output dtype for "agrees with eager": loose enough for a
+# different summation order, tight enough to catch a wrong kernel.
+TOLERANCES = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),
+    "bfloat16": (1.6e-2, 1e-2),
+    "float16": (1e-2, 1e-3),
+}
+
+
+def tolerance_for(dtype_name: str) -> tuple[float, float]:
+    return TOLERANCES.get(dtype_name, (0.0, 0.0))
+
+
+def compare_outputs(candidate: Sequence[Any], reference: Sequence[Any]) -> dict[str, Any]:
+    """Max abs / max rel error of ``candidate`` against ``reference`` (lists of tensors).
+
+    Relative error uses ``max(|ref|, atol)`` as the denominator so references
+    near zero (which make plain relative error explode, as the survey notes)
+    do not dominate. NaN or inf where the reference is finite never passes.
+    """
+    import torch
+
+    if len(candidate) != len(reference):
+        return {"ok": False, "error": f"{len(candidate)} outputs, reference has {len(reference)}"}
+    max_abs = 0.0
+    max_rel = 0.0
+    ok = True
+    error = None
+    tol = None
+    for i, (c, r) in enumerate(zip(candidate, reference)):
+        c = torch.as_tensor(c).detach().cpu()
+        r = torch.as_tensor(r).detach().cpu()
+        if tuple(c.shape) != tuple(r.shape):
+            return {"ok": False, "error": f"output {i} has shape {tuple(c.shape)}, reference {tuple(r.shape)}"}
+        dtype_name = str(r.dtype).replace("torch.", "")
+        rtol, atol = tolerance_for(dtype_name if r.is_floating_point() else "int")
+        tol = {"rtol": rtol, "atol": atol}
+        c64 = c.to(torch.float64)
+        r64 = r.to(torch.float64)
+        finite_ref = torch.isfinite(r64)
+        bad = finite_ref & ~torch.isfinite(c64)
+        if bool(bad.any()):
+            ok = False
+            error = f"output {i} has {int(bad.sum())} non-finite value(s) where the reference is finite"
+        if not bool(finite_ref.all()) and error is None:
+            error = f"reference output {i} itself has non-finite values"
+            ok = False
+        diff = (c64 - r64).abs()
+        diff = torch.where(finite_ref & torch.isfinite(c64), diff, torch.full_like(diff, math.inf))
+        if diff.numel():
+            max_abs = max(max_abs, float(diff.max()))
+            rel = diff / torch.clamp(r64.abs(), min=max(atol, 1e-12))
+            max_rel = max(max_rel, float(rel.max()))
+            if bool((diff > atol + rtol * r64.abs()).any()):
+                ok = False
+                if error is None:
+                    worst = int(diff.argmax())
+                    error = (
+                        f"output {i} differs beyond rtol={rtol:g} atol={atol:g}: "
+                        f"max abs {float(diff.max()):.3g} at flat index {worst}"
+                    )
+    return {"ok": ok, "error": error, "max_abs": max_abs, "max_rel": max_rel, "tolerance": tol}
+
+
+def break_even_calls(compile_s: float | None, eager_ms: float | None, compiled_ms: float | None) -> float | None:
+    """Calls after which compile time is paid back: compile_s / (eager - compiled).
+    None ("never") when the compiled code is not faster."""
+    if compile_s is None or eager_ms is None or compiled_ms is None:
+        return None
+    saved_s = (eager_ms - compiled_ms) / 1e3
+    if saved_s <= 0:
+        return None
+    return compile_s / saved_s

@@ -1,0 +1,238 @@
+"""Results as plain data: dataclasses that round-trip through JSON and CSV.
+
+``results.json`` is the contract every later command reads (reports, diffs,
+resume). Bump ``SCHEMA_VERSION`` when a field changes meaning; readers refuse
+versions they do not know instead of guessing.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+STATUSES = ("ok", "failed", "timeout", "out_of_memory", "unavailable")
+# Statuses that a rerun may change (the machine, not the code, was at fault).
+TRANSIENT_STATUSES = ("timeout", "out_of_memory")
+
+
+class ResultsError(ValueError):
+    """A results file cannot be read; the message says which and why in one line."""
+
+
+@dataclass
+class LatencyStats:
+    """Per-call latency in milliseconds over ``n`` samples of ``number`` calls each."""
+
+    median: float
+    p10: float
+    p90: float
+    q1: float
+    q3: float
+    mean: float
+    min: float
+    n: int
+    number: int  # calls averaged into each sample
+    samples: list[float] = field(default_factory=list)  # per-call ms, one per sample
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr / self.median if self.median > 0 else math.inf
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LatencyStats":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class Cell:
+    """One (workload, backend) measurement."""
+
+    workload: str
+    backend: str
+    status: str
+    size: str = "default"
+    device: str = "cpu"
+    error: str | None = None
+    compile_s: float | None = None
+    compile_phases: dict[str, float] = field(default_factory=dict)
+    latency_ms: LatencyStats | None = None
+    eager_latency_ms: float | None = None  # median of eager timed alternately in the same worker
+    eager_latency: LatencyStats | None = None
+    speedup: float | None = None  # eager median / this median
+    speedup_ci: list[float] | None = None  # bootstrap 95% interval of the speedup
+    noisy: bool | None = None
+    max_abs_err: float | None = None  # vs eager fp32
+    max_rel_err: float | None = None
+    max_abs_err_fp64: float | None = None  # vs eager in float64
+    max_rel_err_fp64: float | None = None
+    eager_max_abs_err_fp64: float | None = None  # eager fp32's own error vs float64
+    numerics_ok: bool | None = None
+    numerics_error: str | None = None
+    tolerance: dict[str, float] | None = None
+    break_even_calls: float | None = None  # null: never (or not applicable)
+    break_even_note: str | None = None
+    peak_rss_mb: float | None = None
+    rss_baseline_mb: float | None = None
+    peak_rss_delta_mb: float | None = None  # high-water mark above the baseline before compile
+    threads: int | None = None
+    cache: str | None = None  # "cold", "hit", "miss"
+    backend_versions: dict[str, str] = field(default_factory=dict)
+    workload_key: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    wall_s: float | None = None  # whole worker, spawn to exit
+    log: str | None = None  # worker log, relative to the run folder
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.workload, self.backend, self.size, self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Cell":
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = {"workload", "backend", "status"} - set(data)
+        if missing:
+            raise ResultsError(f"cell is missing field(s) {', '.join(sorted(missing))}")
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for stats_field in ("latency_ms", "eager_latency"):
+            if isinstance(kwargs.get(stats_field), dict):
+                kwargs[stats_field] = LatencyStats.from_dict(kwargs[stats_field])
+        if kwargs["status"] not in STATUSES:
+            raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown status {kwargs['status']!r}")
+        return cls(**kwargs)
+
+
+@dataclass
+class RunResults:
+    environment: dict[str, Any]
+    config: dict[str, Any]
+    cells: list[Cell] = field(default_factory=list)
+    run_id: str = ""
+    state: str = "running"  # "running", "complete", "interrupted"
+    started: str = ""
+    finished: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "state": self.state,
+            "started": self.started,
+            "finished": self.finished,
+            "environment": self.environment,
+            "config": self.config,
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+    def upsert(self, cell: Cell) -> None:
+        """Replace the cell with the same key, or append."""
+        for i, existing in enumerate(self.cells):
+            if existing.key == cell.key:
+                self.cells[i] = cell
+                return
+        self.cells.append(cell)
+
+    def cell(self, workload: str, backend: str) -> Cell | None:
+        return next((c for c in self.cells if c.workload == workload and c.backend == backend), None)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "results") -> "RunResults":
+        if not isinstance(data, dict):
+            raise ResultsError(f"{source}: top level is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ResultsError(
+                f"{source}: schema_version {version!r} is not supported (this dlcompare reads {SCHEMA_VERSION})"
+            )
+        for key in ("environment", "cells"):
+            if key not in data:
+                raise ResultsError(f"{source}: missing top-level field {key!r}")
+        if not isinstance(data["cells"], list):
+            raise ResultsError(f"{source}: 'cells' is not a list")
+        try:
+            cells = [Cell.from_dict(c) for c in data["cells"]]
+        except ResultsError as exc:
+            raise ResultsError(f"{source}: {exc}") from None
+        except (TypeError, AttributeError) as exc:
+            raise ResultsError(f"{source}: malformed cell ({exc})") from None
+        return cls(
+            environment=data["environment"],
+            config=data.get("config", {}),
+            cells=cells,
+            run_id=data.get("run_id", ""),
+            state=data.get("state", "complete"),
+            started=data.get("started", ""),
+            finished=data.get("finished"),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunResults":
+        path = Path(path)
+        if path.is_dir():
+            path = path / "results.json"
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ResultsError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise ResultsError(f"{path}: cannot be read ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); the file is truncated or edited") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: store them as strings so the file stays valid JSON."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write-to-temp-then-rename: readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
+

@@ -1,0 +1,278 @@
+"""The parent process: plans the cells, runs each in a worker, records results.
+
+Design after pyperf: the parent never imports a compiler. Each cell runs in a
+child process in its own process group, so a crash, a hang or an
+out-of-memory kill costs that cell alone; results.json is rewritten
+(atomically) after every cell, so nothing already measured can be lost.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from . import environment
+from .results import Cell, RunResults, atomic_write_json
+from .worker import EVENT_PREFIX
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or SIGTERM: finished cells are saved, the run is marked interrupted."""
+
+
+@dataclass
+class RunConfig:
+    backends: list[str]  # "eager" first: it is the reference
+    workloads: list[str]
+    size: str = "default"
+    device: str = "cpu"
+    threads: int = 1
+    timeout_s: float = 1800.0
+    memory_limit_mb: int | None = None
+    cache: str = "cold"
+    cache_root: str = "tuning_logs"
+    output_dir: str = "reports"
+    workload_files: list[str] = field(default_factory=list)
+    seed: int = 0
+    timing: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    keep_work_dirs: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+class Progress(Protocol):
+    def cell_started(self, index: int, total: int, workload: str, backend: str) -> None: ...
+    def phase(self, workload: str, backend: str, phase: str) -> None: ...
+    def cell_finished(self, cell: Cell) -> None: ...
+
+
+class SilentProgress:
+    def cell_started(self, index, total, workload, backend):
+        pass
+
+    def phase(self, workload, backend, phase):
+        pass
+
+    def cell_finished(self, cell):
+        pass
+
+
+def worker_env(config: RunConfig) -> dict[str, str]:
+    """Same thread count for every backend's runtime, set before any import."""
+    env = dict(os.environ)
+    for var in environment.THREAD_VARS:
+        env[var] = str(config.threads)
+    env["PYTHONUNBUFFERED"] = "1"
+    # The project root on the path, so workers run from a plain checkout too.
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(environment.PROJECT_ROOT), env.get("PYTHONPATH", "")] if p
+    )
+    return env
+
+
+class Runner:
+    def __init__(self, config: RunConfig, progress: Progress | None = None):
+        self.config = config
+        self.progress = progress or SilentProgress()
+        self.output_dir = Path(config.output_dir)
+        self._current: subprocess.Popen | None = None
+
+    # -- planning -------------------------------------------------------------
+    def plan(self) -> list[tuple[str, str]]:
+        return [(w, b) for w in self.config.workloads for b in self.config.backends]
+
+    def new_results(self) -> RunResults:
+        now = _dt.datetime.now(_dt.timezone.utc)
+        return RunResults(
+            environment=environment.capture(self.config.threads, self.config.device),
+            config=self.config.to_dict(),
+            run_id=now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}",
+            started=now.isoformat(timespec="seconds"),
+        )
+
+    # -- running --------------------------------------------------------------
+    def run(self, results: RunResults | None = None, on_saved: Callable[[RunResults], None] | None = None) -> RunResults:
+        from adapters import get_backend
+        from workloads import resolve_workloads
+
+        results = results or self.new_results()
+        (self.output_dir / "logs").mkdir(parents=True, exist_ok=True)
+        workloads = {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
+        availability = {b: get_backend(b).available(self.config.device) for b in self.config.backends}
+        plan = [cell for cell in self.plan() if results.cell(*cell) is None]
+        done_before = len(self.plan()) - len(plan)
+        try:
+            for index, (w, b) in enumerate(plan, start=done_before + 1):
+                self.progress.cell_started(index, len(self.plan()), w, b)
+                workload = workloads[w]
+                ok, reason = availability[b]
+                if not ok:
+                    cell = Cell(workload=w, backend=b, status="unavailable", error=reason,
+                                size=self.config.size, device=self.config.device, threads=self.config.threads)
+                else:
+                    cell = self._run_cell(workload, b)
+                results.upsert(cell)
+                self.save(results)
+                if on_saved:
+                    on_saved(results)
+                self.progress.cell_finished(cell)
+        except (KeyboardInterrupt, RunInterrupted):
+            self._kill_current()
+            results.state = "interrupted"
+            results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            self.save(results)
+            raise RunInterrupted() from None
+        results.state = "complete"
+        results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.save(results)
+        return results
+
+    def save(self, results: RunResults) -> None:
+        from .report import write_tables
+
+        atomic_write_json(self.output_dir / "results.json", results.to_dict())
+        write_tables(results, self.output_dir)
+
+    def _kill_current(self) -> None:
+        proc = self._current
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+    def _run_cell(self, workload, backend: str) -> Cell:
+        cfg = self.config
+        size = cfg.size
+        base = dict(workload=workload.name, backend=backend, size=size, device=cfg.device, threads=cfg.threads)
+        try:
+            workload_key = workload.key(size)
+        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
+            return Cell(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
+        work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{workload.name}-{backend}-"))
+        log_rel = f"logs/{workload.name}.{backend}.log"
+        log_path = self.output_dir / log_rel
+        spec = {
+            "workload": workload.name,
+            "workload_files": [str(Path(f).resolve()) for f in cfg.workload_files],
+            "workload_key": workload_key,
+            "size": size,
+            "backend": backend,
+            "device": cfg.device,
+            "threads": cfg.threads,
+            "seed": cfg.seed,
+            "timing": cfg.timing,
+            "options": cfg.options,
+            "cache": cfg.cache,
+            "cache_root": str(Path(cfg.cache_root).resolve()),
+            "work_dir": str(work_dir),
+            "memory_limit_mb": cfg.memory_limit_mb,
+        }
+        spec_path = work_dir / "spec.json"
+        result_path = work_dir / "result.json"
+        spec_path.write_text(json.dumps(spec, indent=2))
+        last_phase = {"name": "start"}
+        start = time.perf_counter()
+        with open(log_path, "a") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "compare.worker", str(spec_path), str(result_path)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                cwd=work_dir,
+                env=worker_env(cfg),
+                start_new_session=True,  # its own process group: killed as one, deaf to our Ctrl-C
+                text=True,
+                bufsize=1,
+            )
+            self._current = proc
+            reader = threading.Thread(
+                target=self._read_events, args=(proc, log, workload.name, backend, last_phase), daemon=True
+            )
+            reader.start()
+            timed_out = False
+            try:
+                proc.wait(timeout=cfg.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                self._kill_current()
+            reader.join(timeout=5)
+            self._current = None
+        wall_s = time.perf_counter() - start
+        cell = self._collect(base, proc.returncode, timed_out, result_path, log_path, last_phase["name"])
+        cell.wall_s = wall_s
+        cell.log = log_rel
+        cell.workload_key = workload_key
+        if not cfg.keep_work_dirs:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        return cell
+
+    def _read_events(self, proc, log, workload: str, backend: str, last_phase: dict) -> None:
+        for line in proc.stdout:
+            if line.startswith(EVENT_PREFIX):
+                try:
+                    event = json.loads(line[len(EVENT_PREFIX):])
+                except json.JSONDecodeError:
+                    continue
+                if "phase" in event:
+                    last_phase["name"] = event["phase"]
+                    self.progress.phase(workload, backend, event["phase"])
+            else:
+                log.write(line)
+                log.flush()
+
+    def _collect(self, base: dict, returncode: int, timed_out: bool, result_path: Path, log_path: Path,
+                 last_phase: str) -> Cell:
+        if timed_out:
+            return Cell(status="timeout", error=f"no result within {self.config.timeout_s:g} s (was in phase {last_phase!r})", **base)
+        if result_path.exists():
+            try:
+                data = json.loads(result_path.read_text())
+                data.pop("worker_s", None)
+                return Cell.from_dict({**base, **data})
+            except Exception as exc:
+                return Cell(status="failed", error=f"worker result unreadable: {exc}", **base)
+        tail = _log_tail(log_path)
+        if _looks_out_of_memory(tail):
+            return Cell(status="out_of_memory", error=f"worker ran out of memory in phase {last_phase!r}: {_last_line(tail)}", **base)
+        if returncode is not None and returncode < 0:
+            sig = signal.Signals(-returncode).name
+            hint = " (the kernel's OOM killer, or an external kill)" if sig == "SIGKILL" else ""
+            return Cell(status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}", **base)
+        return Cell(status="failed", error=f"worker exited with code {returncode} in phase {last_phase!r}: {_last_line(tail)}", **base)
+
+
+def _log_tail(path: Path, chars: int = 4000) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - chars))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _looks_out_of_memory(text: str) -> bool:
+    needles = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory", "OutOfMemoryError")
+    return any(n in text for n in needles)

@@ -1,0 +1,259 @@
+"""The child process that measures one (workload, backend) cell.
+
+The parent (``compare.runner``) writes a spec file, starts
+``python -m compare.worker SPEC RESULT`` in its own process group and waits
+with a timeout. The worker reports progress as ``@@dlcompare {json}`` lines on
+stdout and writes its result atomically to RESULT. Whatever happens here (an
+exception, a crash, a hang) costs only this cell.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EVENT_PREFIX = "@@dlcompare "
+
+
+def emit(**event: Any) -> None:
+    sys.stdout.write(EVENT_PREFIX + json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def one_line(exc: BaseException, limit: int = 400) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
+    # Compiler errors often put the useful line last; keep the first and hint at more.
+    if len(text.splitlines()) > 1:
+        first += " [...]"
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+# ----------------------------------------------------------------------------- memory
+
+def _proc_status_kb(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def rss_mb() -> float | None:
+    kb = _proc_status_kb("VmRSS")
+    return kb / 1024 if kb is not None else None
+
+
+def peak_rss_mb() -> float:
+    kb = _proc_status_kb("VmHWM")
+    if kb is None:  # not Linux: ru_maxrss (KiB on Linux, bytes on macOS)
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
+    return kb / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Linux lets a process reset its RSS high-water mark (clear_refs = 5)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def apply_memory_limit(limit_mb: int | None) -> None:
+    if limit_mb:
+        limit = int(limit_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+# ----------------------------------------------------------------------------- the cell
+
+def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one cell; returns the fields of ``compare.results.Cell``."""
+    from adapters import CompileContext, get_backend
+
+    backend = get_backend(spec["backend"])
+    work_dir = Path(spec["work_dir"])
+    ctx = CompileContext(
+        workload_name=spec["workload"],
+        workload_key=spec["workload_key"],
+        device=spec["device"],
+        threads=spec["threads"],
+        work_dir=work_dir,
+        cache=spec.get("cache", "cold"),
+        cache_root=Path(spec["cache_root"]) if spec.get("cache_root") else None,
+        options=spec.get("options", {}),
+        on_phase=lambda name: emit(phase=name),
+    )
+    # Before torch is imported: cache folders and thread pools read the environment once.
+    os.environ.update(backend.process_env(ctx))
+
+    import torch
+
+    from adapters.eager import TorchCompiled
+    from workloads import build_model, make_inputs, resolve_workloads
+
+    from .measure import (
+        NOISY_REL_IQR,
+        Timed,
+        TimingConfig,
+        break_even_calls,
+        compare_outputs,
+        speedup_interval,
+        time_alternating,
+    )
+
+    threads = spec["threads"]
+    torch.set_num_threads(threads)
+    torch.set_float32_matmul_precision("highest")
+    device = spec["device"]
+    seed = spec.get("seed", 0)
+
+    result: dict[str, Any] = {"threads": threads, "backend_versions": backend.versions()}
+    emit(phase="setup")
+    (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
+    specs = workload.input_specs(spec["size"])
+    model = build_model(workload, spec["size"], seed).to(device)
+    reference_model = build_model(workload, spec["size"], seed).to(device)
+    inputs = make_inputs(specs, seed, device)
+
+    # Memory: baseline after model and inputs exist, high-water mark through compile
+    # and the first calls (before the eager reference runs in this process).
+    rss_baseline = rss_mb()
+    peak_reset = reset_peak_rss()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    compiled = backend.compile(model, inputs, ctx)
+    prepared = compiled.prepare(inputs)
+    if "first_call" in ctx.phases:
+        raw = compiled.run(prepared)
+        compiled.synchronize()
+    else:
+        with ctx.phase("first_call"):
+            raw = compiled.run(prepared)
+            compiled.synchronize()
+    outputs = [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
+    del raw
+    compiled.run(prepared)  # a second call: steady-state buffers count towards the peak
+    compiled.synchronize()
+    peak = peak_rss_mb()
+    result.update(
+        compile_phases=dict(ctx.phases),
+        compile_s=sum(ctx.phases.values()),
+        peak_rss_mb=peak,
+        rss_baseline_mb=rss_baseline,
+        peak_rss_delta_mb=(peak - rss_baseline) if (peak_reset and rss_baseline is not None) else None,
+    )
+    if device == "cuda":
+        ctx.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+
+    # Numerics: against eager fp32 and against a float64 eager reference.
+    emit(phase="numerics")
+    with torch.no_grad():
+        reference = [t.detach() for t in _flatten(reference_model(*inputs))]
+        model64 = copy.deepcopy(reference_model).double()
+        inputs64 = [t.double() if t.is_floating_point() else t for t in inputs]
+        reference64 = [t.detach() for t in _flatten(model64(*inputs64))]
+        del model64, inputs64
+    vs_eager = compare_outputs(outputs, reference)
+    vs_fp64 = compare_outputs(outputs, reference64)
+    eager_vs_fp64 = compare_outputs(reference, reference64)
+    result.update(
+        numerics_ok=vs_eager["ok"],
+        numerics_error=vs_eager.get("error"),
+        max_abs_err=vs_eager.get("max_abs"),
+        max_rel_err=vs_eager.get("max_rel"),
+        tolerance=vs_eager.get("tolerance"),
+        max_abs_err_fp64=vs_fp64.get("max_abs"),
+        max_rel_err_fp64=vs_fp64.get("max_rel"),
+        eager_max_abs_err_fp64=eager_vs_fp64.get("max_abs"),
+    )
+
+    # Timing: eager reference and candidate alternately, in this same process.
+    emit(phase="timing")
+    timing = TimingConfig(**spec.get("timing", {}))
+    sync = compiled.synchronize
+    candidate = Timed(compiled.run, prepared, sync)
+    if spec["backend"] == "eager":
+        (stats,) = time_alternating([candidate], timing)
+        result.update(latency_ms=stats, eager_latency_ms=stats.median, eager_latency=stats, speedup=1.0)
+        result["break_even_note"] = "reference"
+    else:
+        eager = TorchCompiled(reference_model, device)
+        ref_timed = Timed(eager.run, eager.prepare(inputs), eager.synchronize)
+        ref_stats, stats = time_alternating([ref_timed, candidate], timing)
+        speedup = ref_stats.median / stats.median
+        result.update(
+            latency_ms=stats,
+            eager_latency_ms=ref_stats.median,
+            eager_latency=ref_stats,
+            speedup=speedup,
+            speedup_ci=speedup_interval(ref_stats, stats),
+        )
+        result["break_even_calls"] = break_even_calls(result["compile_s"], ref_stats.median, stats.median)
+        if result["break_even_calls"] is None:
+            result["break_even_note"] = "never: not faster than eager"
+    result["noisy"] = any(s.rel_iqr > NOISY_REL_IQR for s in [stats, result["eager_latency"]])
+    # "cold" means built from nothing by construction; a warm cell reports what the
+    # backend itself said (ctx.info["cache_evidence"] holds the raw evidence).
+    if ctx.cache == "cold":
+        result["cache"] = "cold"
+    else:
+        result["cache"] = ctx.info.get("cache_result", "miss")
+    result["info"] = ctx.info
+    result["status"] = "ok"
+    return result
+
+
+def _flatten(outputs: Any) -> list[Any]:
+    from adapters import flatten_outputs
+
+    return flatten_outputs(outputs)
+
+
+def _to_jsonable(result: dict[str, Any]) -> dict[str, Any]:
+    import dataclasses
+
+    return {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in result.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec_path, result_path = Path(argv[0]), Path(argv[1])
+    spec = json.loads(spec_path.read_text())
+    apply_memory_limit(spec.get("memory_limit_mb"))
+    from adapters import BackendUnavailable
+
+    from .results import atomic_write_json
+
+    start = time.perf_counter()
+    try:
+        result = measure_cell(spec)
+    except BackendUnavailable as exc:
+        result = {"status": "unavailable", "error": str(exc)}
+    except MemoryError as exc:
+        traceback.print_exc()
+        result = {"status": "out_of_memory", "error": f"MemoryError in worker: {exc}".strip()}
+    except Exception as exc:  # any backend error costs only this cell
+        traceback.print_exc()
+        result = {"status": "failed", "error": one_line(exc)}
+    result["worker_s"] = time.perf_counter() - start
+    atomic_write_json(result_path, _to_jsonable(result))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: some compiler runtimes crash in their atexit
+    # handlers, and the result is already safely on disk.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Workloads: PyTorch modules with fixed, seeded inputs.
+
+Built-in workloads live in this package; users add their own with
+``--workload-file path.py``: a Python file that defines ``Workload`` objects
+at module level (or a list named ``WORKLOADS``). The file is run as code.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+from .base import SIZES, TensorSpec, Workload, WorkloadError
+
+__all__ = [
+    "SIZES",
+    "TensorSpec",
+    "Workload",
+    "WorkloadError",
+    "builtin_workloads",
+    "load_workload_file",
+    "resolve_workloads",
+    "build_model",
+    "make_inputs",
+]
+
+
+def builtin_workloads() -> dict[str, Workload]:
+    from .paper import PAPER_WORKLOADS
+
+    return {w.name: w for w in PAPER_WORKLOADS}
+
+
+def load_workload_file(path: str | Path) -> list[Workload]:
+    """Import a user workload file and return the workloads it defines.
+
+    Errors (missing file, syntax error, exception at import, no workloads,
+    invalid fields) are raised as ``WorkloadError`` with a one-line message
+    that names the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"workload file {path}: no such file")
+    module_name = f"_dlcompare_user_workloads_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadError(f"workload file {path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise WorkloadError(f"workload file {path}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # the file is user code: report, don't crash
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise WorkloadError(
+            f"workload file {path}: {type(exc).__name__} at line {frame.lineno}: {exc}"
+        ) from None
+
+    found: list[Any] = []
+    if hasattr(module, "WORKLOADS"):
+        listed = module.WORKLOADS
+        if not isinstance(listed, (list, tuple)):
+            raise WorkloadError(f"workload file {path}: WORKLOADS must be a list of Workload, got {type(listed).__name__}")
+        found = list(listed)
+    else:
+        found = [v for v in vars(module).values() if isinstance(v, Workload)]
+    if not found:
+        raise WorkloadError(f"workload file {path}: defines no Workload (define them at module level or in WORKLOADS)")
+    workloads = []
+    for item in found:
+        if not isinstance(item, Workload):
+            raise WorkloadError(f"workload file {path}: WORKLOADS holds a {type(item).__name__}, not a Workload")
+        item = item.with_source(str(path))
+        item.validate()
+        workloads.append(item)
+    return workloads
+
+
+def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] = ()) -> list[Workload]:
+    """Built-ins plus those from ``files``; ``names`` picks (in order), None = all."""
+    available = builtin_workloads()
+    for file in files:
+        for w in load_workload_file(file):
+            available[w.name] = w  # a user file may override a built-in on purpose
+    if names is None:
+        return list(available.values())
+    picked = []
+    for name in names:
+        if name not in available:
+            raise WorkloadError(f"unknown workload {name!r} (known: {', '.join(sorted(available))})")
+        picked.append(available[name])
+    return picked
+
+
+def build_model(workload: Workload, size: str, seed: int = 0):
+    """The module in eval mode, with weights drawn from ``seed``."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = workload.build(workload.params(size))
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadError(
+            f"workload {workload.name!r} ({workload.source}): 'build' returned {type(model).__name__}, not nn.Module"
+        )
+    return model.eval()
+
+
+def make_inputs(specs: list[TensorSpec], seed: int = 0, device: str = "cpu"):
+    """Seeded input tensors for ``specs``; the same seed always gives the same tensors."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    tensors = []
+    for spec in specs:
+        dtype = getattr(torch, spec.dtype)
+        if spec.init.startswith("randint:"):
+            high = int(spec.init.split(":", 1)[1])
+            t = torch.randint(0, high, spec.shape, generator=gen, dtype=dtype)
+        elif spec.init == "rand":
+            t = torch.rand(spec.shape, generator=gen, dtype=torch.float32).to(dtype)
+        else:
+            t = torch.randn(spec.shape, generator=gen, dtype=torch.float32).to(dtype)
+        tensors.append(t.to(device))
+    return tensors
