@@ -66,6 +66,11 @@ class OrtBackend(Backend):
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # ORT's pool spins after each run by default; timed alternately with eager on
+        # few cores, the spinning threads stole eager's cores (eager measured 2-3x
+        # slower than alone). Blocking workers keep the comparison fair.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        ctx.info["intra_op_allow_spinning"] = 0
         providers = ["CPUExecutionProvider"]
         with ctx.phase("session"):
             session = ort.InferenceSession(str(model_path), sess_options=options, providers=providers)

@@ -1,0 +1,29 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def run_cli(*args, cwd=None, timeout=900, env=None):
+    """Run ``python -m compare ARGS`` as a user would; returns CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "compare", *map(str, args)],
+        cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=full_env,
+    )
+
+
+def load_results(run_dir):
+    return json.loads((Path(run_dir) / "results.json").read_text())
+
+
+@pytest.fixture
+def fixtures_dir():
+    return FIXTURES

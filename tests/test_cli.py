@@ -1,0 +1,51 @@
+"""Bad input: one line on stderr, exit code 2, nothing run."""
+import os
+
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--backends", "inductor,nope"], "unknown backend 'nope'"),
+    (["--workloads", "mlp,nope"], "unknown workload 'nope'"),
+    (["--size", "huge"], "invalid choice: 'huge'"),
+    (["--threads", "0"], "must be positive"),
+    (["--threads", "two"], "is not an integer"),
+    (["--timeout", "-5"], "must be a positive"),
+    (["--timeout", "nan"], "must be a positive"),
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--bogus-flag"], "unrecognized arguments"),
+    (["--workload-file", "/nonexistent/w.py"], "no such file"),
+    (["report", "/nonexistent/run"], "no such file"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    proc = run_cli(*args, "--output-dir", tmp_path / "out") if args[0] != "report" else run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; uses a file in the way instead")
+def test_unwritable_output_dir_permissions(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    proc = run_cli("--workloads", "mlp", "--output-dir", locked / "run")
+    assert proc.returncode == 2 and "not writable" in proc.stderr
+
+
+def test_unwritable_output_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a folder should be")
+    proc = run_cli("--workloads", "mlp", "--output-dir", blocker / "run")
+    assert proc.returncode == 2
+    assert "not writable" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_list_shows_workloads_and_backends():
+    proc = run_cli("--list")
+    assert proc.returncode == 0
+    for name in ("elementwise_chain", "norm_residual", "conv", "mlp", "attention", "eager", "inductor", "ort"):
+        assert name in proc.stdout

@@ -1,0 +1,82 @@
+import math
+import time
+
+import pytest
+import torch
+
+from compare.measure import (
+    Timed,
+    TimingConfig,
+    break_even_calls,
+    compare_outputs,
+    median_rel_se,
+    speedup_interval,
+    summarize,
+    time_alternating,
+)
+
+
+def test_break_even_arithmetic():
+    # 10 s of compile, 2 ms saved per call -> 5000 calls
+    assert break_even_calls(10.0, 5.0, 3.0) == pytest.approx(5000.0)
+    # compiled slower or equal: never
+    assert break_even_calls(10.0, 3.0, 5.0) is None
+    assert break_even_calls(10.0, 3.0, 3.0) is None
+    assert break_even_calls(None, 3.0, 1.0) is None
+
+
+def test_summarize_percentiles_in_ms():
+    stats = summarize([0.001 * i for i in range(1, 102)], number=3)
+    assert stats.median == pytest.approx(51.0)
+    assert stats.p10 == pytest.approx(11.0)
+    assert stats.p90 == pytest.approx(91.0)
+    assert stats.n == 101 and stats.number == 3
+    assert stats.iqr == pytest.approx(50.0)
+
+
+def test_median_precision_shrinks_with_samples():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    few = rng.normal(1.0, 0.05, 10)
+    many = rng.normal(1.0, 0.05, 1000)
+    assert median_rel_se(many) < median_rel_se(few)
+    assert median_rel_se([1.0, 2.0]) == math.inf
+
+
+def test_time_alternating_orders_two_callables_correctly():
+    def sleeper(seconds):
+        return lambda _: time.sleep(seconds)
+
+    noop = lambda: None  # noqa: E731
+    cfg = TimingConfig(warmup_s=0.01, min_sample_s=0.002, min_samples=5, budget_s=0.5)
+    fast, slow = time_alternating([Timed(sleeper(0.001), None, noop), Timed(sleeper(0.004), None, noop)], cfg)
+    assert fast.n == slow.n >= 5
+    assert slow.median > 2 * fast.median
+    assert fast.median >= 1.0  # ms: sleep never returns early
+    lo, hi = speedup_interval(slow, fast)
+    assert lo <= slow.median / fast.median <= hi
+
+
+def test_compare_outputs_tolerance_nan_and_shape():
+    ref = [torch.ones(4, 4)]
+    ok = compare_outputs([torch.ones(4, 4) + 1e-6], ref)
+    assert ok["ok"] and ok["max_abs"] == pytest.approx(1e-6, rel=0.1)
+    wrong = compare_outputs([torch.ones(4, 4) * 1.01], ref)
+    assert not wrong["ok"] and "beyond" in wrong["error"]
+    nan = torch.ones(4, 4)
+    nan[1, 1] = float("nan")
+    bad = compare_outputs([nan], ref)
+    assert not bad["ok"] and "non-finite" in bad["error"]
+    shape = compare_outputs([torch.ones(2, 8)], ref)
+    assert not shape["ok"] and "shape" in shape["error"]
+    count = compare_outputs([torch.ones(4, 4), torch.ones(1)], ref)
+    assert not count["ok"]
+
+
+def test_relative_error_is_not_blown_up_by_zeros():
+    ref = [torch.tensor([0.0, 1.0])]
+    res = compare_outputs([torch.tensor([1e-6, 1.0])], ref)
+    # denominator floored at atol (1e-4): 1e-6 / 1e-4 = 1e-2, not infinity
+    assert res["max_rel"] == pytest.approx(1e-2, rel=1e-3)
+    assert res["ok"]

@@ -1,0 +1,65 @@
+import json
+
+import pytest
+
+from compare.results import Cell, LatencyStats, ResultsError, RunResults, SCHEMA_VERSION, atomic_write_json
+
+
+def _results():
+    stats = LatencyStats(median=1.0, p10=0.9, p90=1.2, q1=0.95, q3=1.05, mean=1.0, min=0.9, n=3, number=1,
+                         samples=[0.9, 1.0, 1.1])
+    cell = Cell(workload="mlp", backend="inductor", status="ok", latency_ms=stats, speedup=1.5,
+                max_abs_err=float("nan"), compile_phases={"trace": 1.0})
+    return RunResults(environment={"threads": 2}, config={}, cells=[cell], run_id="r1")
+
+
+def test_round_trip(tmp_path):
+    res = _results()
+    atomic_write_json(tmp_path / "results.json", res.to_dict())
+    back = RunResults.load(tmp_path)
+    assert back.schema_version == SCHEMA_VERSION
+    cell = back.cells[0]
+    assert cell.latency_ms.median == 1.0 and cell.latency_ms.samples == [0.9, 1.0, 1.1]
+    assert cell.max_abs_err == "nan"  # NaN stays valid JSON
+    json.loads((tmp_path / "results.json").read_text())
+
+
+def test_upsert_replaces_same_key():
+    res = _results()
+    res.upsert(Cell(workload="mlp", backend="inductor", status="failed", error="x"))
+    assert len(res.cells) == 1 and res.cells[0].status == "failed"
+    res.upsert(Cell(workload="mlp", backend="ort", status="ok"))
+    assert len(res.cells) == 2
+
+
+def test_unknown_schema_version_is_refused(tmp_path):
+    data = _results().to_dict()
+    data["schema_version"] = 99
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match="schema_version 99 is not supported"):
+        RunResults.load(tmp_path)
+
+
+def test_truncated_file_gives_one_line_error(tmp_path):
+    text = json.dumps(_results().to_dict())
+    (tmp_path / "results.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ResultsError, match="not valid JSON") as info:
+        RunResults.load(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_cell_fields(tmp_path):
+    data = _results().to_dict()
+    data["cells"][0]["status"] = "great"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match="unknown status"):
+        RunResults.load(tmp_path)
+    del data["cells"][0]["backend"]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match="missing field"):
+        RunResults.load(tmp_path)
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    atomic_write_json(tmp_path / "a.json", {"x": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
