@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="soft budget in seconds for sampling one cell's latency")
     run.add_argument("--min-samples", type=_positive_int, default=10)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--system-malloc", action="store_true",
+                     help="leave glibc's malloc defaults (default: heap-only, no trim, for stable timings)")
     run.add_argument("--keep-work-dirs", action="store_true", help="keep each worker's scratch folder")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     run.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
@@ -148,7 +150,7 @@ def make_config(args: argparse.Namespace):
     from workloads import resolve_workloads
 
     from .environment import available_cores
-    from .runner import RunConfig
+    from .runner import STABLE_MALLOC_ENV, RunConfig
 
     known = backend_names()
     backends = ["eager"] + [b for b in args.backends if b != "eager"]
@@ -179,6 +181,7 @@ def make_config(args: argparse.Namespace):
         timing={"budget_s": args.time_budget, "min_samples": args.min_samples},
         options={"inductor_mode": args.inductor_mode},
         keep_work_dirs=args.keep_work_dirs,
+        malloc_env={} if args.system_malloc else dict(STABLE_MALLOC_ENV),
     )
 
 
