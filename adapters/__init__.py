@@ -12,8 +12,9 @@ def _registry() -> dict[str, type[Backend]]:
     from .eager import EagerBackend
     from .inductor import InductorBackend
     from .ort import OrtBackend
+    from .tvm import TvmBackend, TvmUntunedBackend
 
-    classes: list[type[Backend]] = [EagerBackend, InductorBackend, OrtBackend]
+    classes: list[type[Backend]] = [EagerBackend, InductorBackend, OrtBackend, TvmUntunedBackend, TvmBackend]
     return {cls.name: cls for cls in classes}
 
 

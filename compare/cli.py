@@ -17,7 +17,7 @@ from typing import Sequence
 EXIT_OK, EXIT_CELL_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 DEFAULT_BACKENDS = "inductor,ort"
-SUBCOMMANDS = ("run", "list", "report", "overhead")
+SUBCOMMANDS = ("run", "list", "report", "overhead", "tuning-logs")
 
 
 class UsageError(Exception):
@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
     run.add_argument("--inductor-mode", default="default",
                      choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    run.add_argument("--tvm-trials", type=_positive_int, default=64, metavar="N",
+                     help="MetaSchedule trial budget per workload (default 64)")
+    run.add_argument("--tvm-trials-per-task", type=_positive_int, default=None, metavar="N",
+                     help="cap per tuning task (default: the budget spread evenly over the tasks)")
+    run.add_argument("--retune", action="store_true", help="discard stored TVM tuning logs and tune again")
     run.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
     run.add_argument("--min-samples", type=_positive_int, default=10)
@@ -97,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="rewrite summary.md and results.csv from a run's results.json")
     rep.add_argument("run_dir")
+
+    from . import tuning_logs
+
+    tuning_logs.add_parser(sub)
 
     ovh = sub.add_parser("overhead", help="benchmark: the harness's timing vs a bare perf_counter loop")
     ovh.add_argument("--repeats", type=_positive_int, default=15)
@@ -116,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from workloads import WorkloadError
 
     from .results import ResultsError
+    from .tuning_logs import TuningLogsUsage
 
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
@@ -123,12 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "tuning-logs":
+            from . import tuning_logs
+
+            return tuning_logs.run(args, wide_console())
         if args.command == "overhead":
             from .overhead import main as overhead_main
 
             return overhead_main(args.repeats)
         return cmd_run(args)
-    except (UsageError, WorkloadError, ResultsError) as exc:
+    except (UsageError, WorkloadError, ResultsError, TuningLogsUsage) as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -179,7 +193,8 @@ def make_config(args: argparse.Namespace):
         workload_files=[str(Path(f).resolve()) for f in args.workload_file],
         seed=args.seed,
         timing={"budget_s": args.time_budget, "min_samples": args.min_samples},
-        options={"inductor_mode": args.inductor_mode},
+        options={"inductor_mode": args.inductor_mode, "tvm_trials": args.tvm_trials,
+                 "tvm_trials_per_task": args.tvm_trials_per_task, "retune": args.retune, "seed": args.seed},
         keep_work_dirs=args.keep_work_dirs,
         malloc_env={} if args.system_malloc else dict(STABLE_MALLOC_ENV),
     )

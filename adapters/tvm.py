@@ -1,0 +1,219 @@
+"""Apache TVM: torch.export -> Relax -> (MetaSchedule tuning) -> build -> Relax VM.
+
+``tvm`` tunes with MetaSchedule (Ansor's successor: evolutionary search with an
+XGBoost cost model) and keeps the tuning log under
+``tuning_logs/tvm/<target key>/<workload key>/`` so a second run reuses it.
+``tvm-untuned`` builds the same graph with TVM's default CPU pipeline and no
+schedules at all, so a user sees what tuning buys.
+
+Phases: ``export`` (torch.export), ``import`` (Relax frontend), ``tune`` (0 when
+the log is reused), ``build`` (apply records, compile), ``load`` (VM), ``first_call``.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from .base import Backend, Compiled, CompileContext, target_key
+from .tuning_store import TuningLogStore
+
+# apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
+BAD_FFI_PREFIXES = ("0.1.15",)
+DEFAULT_TRIALS = 64
+
+
+class TvmCompiled(Compiled):
+    def __init__(self, vm, device):
+        self._main = vm["main"]
+        self._device = device
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        import tvm
+
+        return [tvm.runtime.tensor(t.detach().cpu().numpy(), self._device) for t in inputs]
+
+    def run(self, prepared: Any) -> Any:
+        return self._main(*prepared)
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        import torch
+
+        if hasattr(outputs, "numpy"):
+            return [torch.from_numpy(outputs.numpy())]
+        flat = []
+        for item in outputs:
+            flat.extend(self.outputs_to_torch(item))
+        return flat
+
+
+class _TvmBase(Backend):
+    packages = ("apache-tvm", "apache-tvm-ffi")
+    install_hint = "pip install -e '.[tvm]'"
+    devices = ("cpu",)
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("tvm", "tvm_ffi")
+
+    def available(self, device: str = "cpu") -> tuple[bool, str]:
+        ok, reason = super().available(device)
+        if not ok:
+            return ok, reason
+        try:
+            ffi = importlib.metadata.version("apache-tvm-ffi")
+        except importlib.metadata.PackageNotFoundError:
+            return False, "apache-tvm-ffi is not installed; " + self.install_hint
+        if ffi.startswith(BAD_FFI_PREFIXES):
+            return False, f"apache-tvm-ffi {ffi} crashes MetaSchedule; install apache-tvm-ffi==0.1.14.post1"
+        return True, ""
+
+    # -- shared steps ---------------------------------------------------------
+    @staticmethod
+    def host_target(threads: int):
+        import tvm
+        from tvm.target import Target
+
+        mcpu = tvm.target.codegen.llvm_get_system_cpu()
+        # The dict form: CLI strings no longer parse in 0.27, and "native" silently
+        # falls back to generic code. num-cores is required by the tuner.
+        return Target({"kind": "llvm", "mcpu": mcpu, "num-cores": threads}), mcpu
+
+    @staticmethod
+    def import_relax(module: Any, example_inputs: Sequence[Any], ctx: CompileContext):
+        import torch
+        from tvm.relax.frontend.torch import from_exported_program
+
+        with ctx.phase("export"):
+            exported = torch.export.export(module, tuple(example_inputs))
+        with ctx.phase("import"):
+            # Weights are bound as constants (the default): kept as inputs they left
+            # runtime transposes that cost more than the matmuls.
+            mod = from_exported_program(exported, unwrap_unit_return_tuple=True)
+        return mod
+
+    @staticmethod
+    def load(executable, ctx: CompileContext) -> TvmCompiled:
+        import tvm
+        from tvm import relax
+
+        with ctx.phase("load"):
+            device = tvm.cpu(0)
+            vm = relax.VirtualMachine(executable, device)
+        return TvmCompiled(vm, device)
+
+
+class TvmUntunedBackend(_TvmBase):
+    name = "tvm-untuned"
+    description = "Apache TVM Relax, default CPU pipeline, no tuning (what tuning buys)"
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+        import tvm
+
+        mod = self.import_relax(module, example_inputs, ctx)
+        target, mcpu = self.host_target(ctx.threads)
+        ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
+        with ctx.phase("build"):
+            executable = tvm.compile(mod, target=target)
+        return self.load(executable, ctx)
+
+
+class TvmBackend(_TvmBase):
+    name = "tvm"
+    description = "Apache TVM Relax + MetaSchedule auto-tuning (tuning logs kept and reused)"
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+        import tvm
+        import tvm_ffi
+        from tvm import relax
+        from tvm.s_tir import meta_schedule as ms
+
+        trials = int(ctx.options.get("tvm_trials", DEFAULT_TRIALS))
+        cap = ctx.options.get("tvm_trials_per_task")
+        retune = bool(ctx.options.get("retune", False))
+
+        mod = self.import_relax(module, example_inputs, ctx)
+        target, mcpu = self.host_target(ctx.threads)
+        tkey = target_key("cpu", ctx.threads, {"tvm": tvm.__version__}, cpu=f"llvm-{mcpu}")
+        with ctx.phase("build"):
+            with target:
+                mod = tvm.transform.Sequential([
+                    relax.transform.DecomposeOpsForInference(),
+                    relax.transform.CanonicalizeBindings(),
+                    relax.pipeline.zero_pipeline(),
+                    relax.transform.AttachAttrLayoutFreeBuffers(),  # CPU weight prepacking
+                ])(mod)
+            tasks = ms.relax_integration.extract_tasks(mod, target)
+        module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
+        log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
+        store = TuningLogStore(log_dir, tkey, f"{ctx.workload_key}-{module_hash}")
+        info: dict[str, Any] = {
+            "target": {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads, "tvm": tvm.__version__},
+            "target_key": tkey,
+            "log_dir": str(log_dir),
+            "tasks": len(tasks),
+            "task_names": [t.task_name for t in tasks],
+            "trials_requested": trials,
+        }
+        with store.lock():  # held through tune + commit: a concurrent run waits, then reuses
+            state = store.inspect()
+            if state.warning:
+                info["tuning_log_warning"] = state.warning
+            if retune and state.usable:
+                store.clear()
+                state = store.inspect()
+                info["retuned"] = True
+            budget_done = int(state.meta.get("trials_budget", 0)) if state.usable else 0
+            needed = max(trials - budget_done, 0)
+            per_task = int(cap) if cap else max(1, math.ceil(needed / max(len(tasks), 1)))
+            scratch = ctx.work_dir / "tuning"
+            store.copy_into(scratch)  # continue from existing records, never edit them in place
+            records_before = state.records
+            with ctx.phase("tune"):
+                if needed > 0 and tasks:
+                    ms.relax_integration.tune_relax(
+                        mod,
+                        params={},
+                        target=target,
+                        work_dir=str(scratch),
+                        max_trials_global=needed,
+                        max_trials_per_task=per_task,
+                        num_trials_per_iter=max(1, min(64, per_task)),
+                        # 2 cores: the 30 s default build timeout expired on real tasks
+                        builder=ms.builder.LocalBuilder(timeout_sec=120),
+                        seed=int(ctx.options.get("seed", 0)),
+                    )
+            if needed > 0 and tasks:
+                store.commit(scratch, {
+                    "trials_budget": budget_done + needed,
+                    "tasks": len(tasks),
+                    "task_names": info["task_names"],
+                    "workload": ctx.workload_name,
+                })
+            after = store.inspect()
+            info.update(
+                reused=needed == 0 and state.usable,
+                trials_budget_in_log=int(after.meta.get("trials_budget", 0)),
+                trials_in_log=after.records,
+                trials_measured=max(after.records - records_before, 0),
+                trials_per_task_cap=per_task if needed else None,
+                history=store.history() if after.usable else [],
+            )
+            database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
+        with ctx.phase("build"):
+            if database is not None:
+                with target, database:
+                    mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+            with target:
+                mod = tvm.transform.Sequential([
+                    relax.transform.SplitLayoutRewritePreproc(),
+                    relax.transform.LiftTransformParams(),
+                    relax.transform.FoldConstant(),
+                ])(mod)
+            executable = tvm.compile(mod, target=target)
+        ctx.info["tuning"] = info
+        # "hit" here means: the tuning records were reused, no search ran.
+        ctx.info["cache_result"] = "hit" if info["reused"] else "miss"
+        ctx.info["cache_evidence"] = {"tuning_records_reused": info["reused"], "trials_in_log": info["trials_in_log"]}
+        return self.load(executable, ctx)
