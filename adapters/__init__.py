@@ -11,10 +11,12 @@ def _registry() -> dict[str, type[Backend]]:
     # so listing backends never pays for (or fails on) a missing package.
     from .eager import EagerBackend
     from .inductor import InductorBackend
+    from .iree import IreeBackend
     from .ort import OrtBackend
     from .tvm import TvmBackend, TvmUntunedBackend
 
-    classes: list[type[Backend]] = [EagerBackend, InductorBackend, OrtBackend, TvmUntunedBackend, TvmBackend]
+    classes: list[type[Backend]] = [EagerBackend, InductorBackend, OrtBackend, TvmUntunedBackend, TvmBackend,
+                                     IreeBackend]
     return {cls.name: cls for cls in classes}
 
 

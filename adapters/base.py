@@ -84,6 +84,7 @@ class Backend(ABC):
     packages: tuple[str, ...] = ()
     install_hint: str = ""
     devices: tuple[str, ...] = ("cpu",)
+    compiles: bool = True  # False for the eager reference: no artifacts, no cache
 
     def available(self, device: str = "cpu") -> tuple[bool, str]:
         """(True, "") when this backend can run on ``device`` here, else (False, reason)."""
@@ -120,6 +121,14 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         """Lower ``module`` for ``example_inputs``; mark phases with ``ctx.phase``."""
+
+    def dynamic_session(self, module: Any, example_inputs: Sequence[Any], dynamic_dims: Sequence[dict[int, str]],
+                        strategy: str, ctx: CompileContext) -> "ShapeSession":
+        """For the dynamic-shape experiment: ``specialize`` (compile per new shape)
+        or ``symbolic`` (one compile with symbolic dims)."""
+        if strategy == "specialize":
+            return ShapeSession(self, module, ctx)
+        raise BackendUnavailable(f"{self.name} has no symbolic-shape path in dlcompare")
 
 
 def flatten_outputs(outputs: Any) -> list[Any]:
@@ -160,3 +169,74 @@ def target_key(device: str, threads: int, versions: dict[str, str], cpu: str | N
     cpu = cpu or host_cpu_name()
     parts = [device, slug(cpu), f"{threads}t"] + [f"{slug(k)}{slug(v)}" for k, v in sorted(versions.items())]
     return "_".join(parts)
+
+
+class ShapeSession:
+    """Calls a module on inputs whose shapes change from call to call.
+
+    The default strategy, *specialize*, compiles the backend once per new input
+    shape (as a user without symbolic-shape support would). Backends override
+    ``Backend.dynamic_session`` for a *symbolic* strategy (one compile for all).
+    """
+
+    def __init__(self, backend: "Backend", module: Any, ctx: CompileContext):
+        self._backend = backend
+        self._module = module
+        self._ctx = ctx
+        self._compiled: dict[tuple, Compiled] = {}
+        self._prepared: dict[tuple, Any] = {}
+
+    @staticmethod
+    def shape_key(inputs: Sequence[Any]) -> tuple:
+        return tuple(tuple(t.shape) for t in inputs)
+
+    def compiled_for(self, key: tuple, inputs: Sequence[Any]) -> Compiled:
+        if key not in self._compiled:
+            self._compiled[key] = self._backend.compile(self._module, inputs, self._ctx)
+        return self._compiled[key]
+
+    def run(self, inputs: Sequence[Any]) -> tuple[Compiled, Any]:
+        key = self.shape_key(inputs)
+        compiled = self.compiled_for(key, inputs)
+        if key not in self._prepared:
+            self._prepared[key] = compiled.prepare(inputs)
+        out = compiled.run(self._prepared[key])
+        compiled.synchronize()
+        return compiled, out
+
+    def compiles(self) -> int | None:
+        """Compilations so far, as the backend counts them (None: not exposed)."""
+        return len(self._compiled)
+
+
+class DelegatingSession(ShapeSession):
+    """One callable that handles new shapes itself: a symbolic-shape artifact, or
+    torch.compile, which recompiles per shape on its own (counted by dynamo)."""
+
+    def __init__(self, backend: "Backend", compiled: Compiled, count=None):
+        super().__init__(backend, None, None)  # type: ignore[arg-type]
+        self._one = compiled
+        self._count = count
+
+    def compiled_for(self, key: tuple, inputs: Sequence[Any]) -> Compiled:
+        return self._one
+
+    def compiles(self) -> int | None:
+        return self._count() if self._count else 1
+
+
+def export_dynamic_shapes(dynamic_dims: Sequence[dict[int, str]], max_size: int = 1 << 16):
+    """torch.export ``dynamic_shapes`` for positional inputs; dims that share a
+    symbolic name (e.g. "batch") share one ``Dim`` so exporters tie them."""
+    import torch
+
+    dims: dict[str, Any] = {}
+    spec = []
+    for per_input in dynamic_dims:
+        entry = {}
+        for index, name in per_input.items():
+            if name not in dims:
+                dims[name] = torch.export.Dim(name, min=1, max=max_size)
+            entry[int(index)] = dims[name]
+        spec.append(entry or None)
+    return tuple(spec)

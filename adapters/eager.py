@@ -32,6 +32,7 @@ class EagerBackend(Backend):
     description = "PyTorch eager mode (the reference)"
     packages = ("torch",)
     devices = ("cpu", "cuda")
+    compiles = False
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)

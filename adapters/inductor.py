@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from .base import Backend, Compiled, CompileContext, target_key
+from .base import Backend, Compiled, CompileContext, DelegatingSession, target_key
 from .eager import TorchCompiled
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -73,3 +73,16 @@ class InductorBackend(Backend):
         ctx.info["graphs"] = dict(counters["stats"]).get("unique_graphs", 0)
         ctx.info["graph_breaks"] = sum(dict(counters["graph_break"]).values())
         return TorchCompiled(compiled, ctx.device)
+
+    def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
+        import torch
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        # specialize: dynamo recompiles for every new shape (its cap lifted, and no
+        # automatic switch to dynamic); symbolic: one graph with symbolic sizes.
+        torch._dynamo.config.recompile_limit = 1024
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        compiled = torch.compile(module, backend="inductor", dynamic=(strategy == "symbolic"))
+        return DelegatingSession(self, TorchCompiled(compiled, ctx.device),
+                                 count=lambda: dict(counters["stats"]).get("unique_graphs", 0))

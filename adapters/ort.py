@@ -1,17 +1,20 @@
 """ONNX Runtime: torch.onnx.export (dynamo exporter) -> InferenceSession.
 
 Phases: ``export`` (torch -> .onnx), ``session`` (graph optimization and
-kernel selection inside InferenceSession creation), ``first_call``.
+kernel selection inside InferenceSession creation), ``first_call``. With
+``--cache warm`` the optimized model is saved under the store and a later run
+loads it with graph optimizations off (export 0, a cheaper session).
 """
 from __future__ import annotations
 
 import contextlib
 import io
-import shutil
-from pathlib import Path
 from typing import Any, Sequence
 
-from .base import Backend, Compiled, CompileContext
+from . import artifacts
+from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes, target_key
+
+OPTIMIZED = "optimized.onnx"
 
 
 class OrtCompiled(Compiled):
@@ -45,9 +48,57 @@ class OrtBackend(Backend):
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         import onnxruntime as ort
-        import torch
+
+        tkey = target_key(ctx.device, ctx.threads, self.versions())
+        warm = ctx.cache == "warm"
+        folder = ctx.persistent_dir(self.name, tkey) if warm else ctx.work_dir
+        expected = {"target_key": tkey, "workload_key": ctx.workload_key, "versions": self.versions()}
+        # Warm: hold the store folder's lock from the hit check to the loaded session.
+        with artifacts.locked(folder) if warm else contextlib.nullcontext():
+            optimized = folder / OPTIMIZED
+            hit = warm and artifacts.is_valid(folder, expected)
+            options = self._session_options(ort, ctx)
+            if hit:
+                # The stored model is already optimized for this CPU: load it as is.
+                ctx.phases["export"] = 0.0
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+                model_path = optimized
+            else:
+                model_path = folder / "model.onnx"
+                self._export(module, example_inputs, ctx, model_path)
+                if warm:
+                    options.optimized_model_filepath = str(optimized)
+            with ctx.phase("session"):
+                session = ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+            if warm and not hit:
+                artifacts.write_meta(folder, [OPTIMIZED], expected)
+        ctx.info["cache_result"] = "hit" if hit else "miss"
+        if warm:
+            ctx.info["cache_evidence"] = artifacts.evidence(folder, hit)
+        ctx.info["providers"] = session.get_providers()
+        input_names = [i.name for i in session.get_inputs()]
+        if len(input_names) != len(example_inputs):
+            raise RuntimeError(
+                f"exported ONNX graph has {len(input_names)} inputs, the workload has {len(example_inputs)}"
+            )
+        return OrtCompiled(session, input_names)
+
+    def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
+        if strategy != "symbolic":
+            return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
+        import onnxruntime as ort
 
         model_path = ctx.work_dir / "model.onnx"
+        self._export(module, example_inputs, ctx, model_path, export_dynamic_shapes(dynamic_dims))
+        with ctx.phase("session"):
+            session = ort.InferenceSession(str(model_path), sess_options=self._session_options(ort, ctx),
+                                           providers=["CPUExecutionProvider"])
+        return DelegatingSession(self, OrtCompiled(session, [i.name for i in session.get_inputs()]))
+
+    @staticmethod
+    def _export(module, example_inputs, ctx: CompileContext, model_path, dynamic_shapes=None) -> None:
+        import torch
+
         with ctx.phase("export"):
             # The exporter prints progress banners; keep them out of the worker's protocol.
             with contextlib.redirect_stdout(io.StringIO()):
@@ -58,9 +109,12 @@ class OrtBackend(Backend):
                     dynamo=True,
                     external_data=True,
                     opset_version=ctx.options.get("onnx_opset", 18),
+                    dynamic_shapes=dynamic_shapes,
                 )
-        ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in ctx.work_dir.glob("model.onnx*"))
+        ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
 
+    @staticmethod
+    def _session_options(ort, ctx: CompileContext):
         options = ort.SessionOptions()
         options.intra_op_num_threads = ctx.threads
         options.inter_op_num_threads = 1
@@ -71,13 +125,4 @@ class OrtBackend(Backend):
         # slower than alone). Blocking workers keep the comparison fair.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         ctx.info["intra_op_allow_spinning"] = 0
-        providers = ["CPUExecutionProvider"]
-        with ctx.phase("session"):
-            session = ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
-        ctx.info["providers"] = session.get_providers()
-        input_names = [i.name for i in session.get_inputs()]
-        if len(input_names) != len(example_inputs):
-            raise RuntimeError(
-                f"exported ONNX graph has {len(input_names)} inputs, the workload has {len(example_inputs)}"
-            )
-        return OrtCompiled(session, input_names)
+        return options

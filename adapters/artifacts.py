@@ -1,0 +1,59 @@
+"""Persistent compile artifacts for ``--cache warm``: stored with a metadata file
+that names what they were built for and the hash of every file, so a stored
+artifact is used only when it matches this cell and is intact."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+META = "artifact.json"
+
+
+@contextlib.contextmanager
+def locked(folder: Path):
+    """Exclusive lock on a store folder for check + build + load: another run never
+    reads an artifact while this one rewrites it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_meta(folder: Path, files: list[str], expected: dict[str, Any]) -> None:
+    """Written last, after the artifacts themselves, by rename: no half-valid state."""
+    meta = dict(expected, files={name: sha256(folder / name) for name in files})
+    tmp = folder / f".{META}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2))
+    os.replace(tmp, folder / META)
+
+
+def is_valid(folder: Path, expected: dict[str, Any]) -> bool:
+    try:
+        meta = json.loads((folder / META).read_text())
+        if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in expected.items()):
+            return False
+        files = meta.get("files") or {}
+        return bool(files) and all(sha256(folder / name) == digest for name, digest in files.items())
+    except (OSError, ValueError):
+        return False
+
+
+def evidence(folder: Path, hit: bool) -> dict[str, Any]:
+    try:
+        files = json.loads((folder / META).read_text()).get("files", {})
+    except (OSError, ValueError):
+        files = {}
+    return {"artifact_dir": str(folder), "loaded_from_store": hit,
+            "files": {name: digest[:16] for name, digest in files.items()}}

@@ -1,0 +1,112 @@
+"""IREE (MLIR-based): torch -> iree-turbine ``aot.export`` -> llvm-cpu vmfb -> IREE runtime.
+
+Phases: ``export`` (torch.export + import to MLIR), ``compile`` (MLIR -> .vmfb for
+the host CPU), ``load`` (map the vmfb into a runtime context), ``first_call``.
+The .vmfb is host-CPU specific (``--iree-llvmcpu-target-cpu=host``; without it the
+code was ~6x slower), so its cache key holds the CPU and the compiler version.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import artifacts
+from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes, target_key
+
+VMFB = "module.vmfb"
+
+
+class IreeCompiled(Compiled):
+    def __init__(self, function, device, keep_alive):
+        self._function = function
+        self._device = device
+        self._keep_alive = keep_alive  # the context and module must outlive the function
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        import iree.runtime as rt
+
+        # Uploaded once: numpy inputs would add a host->device copy to every timed call.
+        return [rt.asdevicearray(self._device, t.detach().cpu().numpy()) for t in inputs]
+
+    def run(self, prepared: Any) -> Any:
+        return self._function(*prepared)
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        import torch
+
+        if isinstance(outputs, (list, tuple)):
+            flat = []
+            for item in outputs:
+                flat.extend(self.outputs_to_torch(item))
+            return flat
+        return [torch.from_numpy(outputs.to_host().copy())]
+
+
+class IreeBackend(Backend):
+    name = "iree"
+    description = "IREE (MLIR): iree-turbine export, llvm-cpu codegen for the host CPU"
+    packages = ("iree-base-compiler", "iree-base-runtime", "iree-turbine")
+    install_hint = "pip install -e '.[iree]'"
+    devices = ("cpu",)
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("iree.compiler", "iree.runtime", "iree.turbine")
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+        tkey = target_key(ctx.device, ctx.threads, self.versions())
+        if ctx.cache == "warm":
+            folder = ctx.persistent_dir(self.name, tkey)
+        else:
+            folder = ctx.work_dir / "iree"
+            folder.mkdir(parents=True, exist_ok=True)
+        with artifacts.locked(folder) if ctx.cache == "warm" else contextlib.nullcontext():
+            vmfb = folder / VMFB
+            expected = {"target_key": tkey, "workload_key": ctx.workload_key, "versions": self.versions()}
+            hit = ctx.cache == "warm" and artifacts.is_valid(folder, expected)
+            if hit:
+                ctx.phases.update({"export": 0.0, "compile": 0.0})
+            else:
+                self._export_and_compile(module, example_inputs, ctx, vmfb)
+                artifacts.write_meta(folder, [VMFB], expected)
+            ctx.info["cache_result"] = "hit" if hit else "miss"
+            ctx.info["cache_evidence"] = artifacts.evidence(folder, hit)
+            ctx.info["vmfb_bytes"] = vmfb.stat().st_size
+            return self._load(vmfb, ctx)
+
+    def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
+        if strategy != "symbolic":
+            return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
+        vmfb = ctx.work_dir / "dynamic.vmfb"
+        self._export_and_compile(module, example_inputs, ctx, vmfb, export_dynamic_shapes(dynamic_dims))
+        return DelegatingSession(self, self._load(vmfb, ctx))
+
+    def _load(self, vmfb: Path, ctx: CompileContext) -> "IreeCompiled":
+        import iree.runtime as rt
+
+        with ctx.phase("load"):
+            driver = "local-sync" if ctx.threads == 1 else "local-task"
+            if driver == "local-task":
+                # One worker per thread of the run, like every other backend.
+                rt.flags.parse_flags(f"--task_topology_max_group_count={ctx.threads}")
+            config = rt.Config(driver)
+            context = rt.SystemContext(config=config)
+            vm_module = rt.VmModule.mmap(config.vm_instance, str(vmfb))
+            context.add_vm_module(vm_module)
+            module_name = vm_module.name
+            function = context.modules[module_name]["main"]
+        ctx.info["driver"] = driver
+        return IreeCompiled(function, config.device, (context, vm_module, config))
+
+    @staticmethod
+    def _export_and_compile(module, example_inputs, ctx: CompileContext, vmfb: Path, dynamic_shapes=None) -> None:
+        from iree.turbine import aot
+
+        with ctx.phase("export"):
+            exported = aot.export(module, args=tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+        with ctx.phase("compile"):
+            exported.session.set_flags("--iree-llvmcpu-target-cpu=host")
+            tmp = vmfb.with_name(f".{vmfb.name}.{os.getpid()}.tmp")
+            exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
+            os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one

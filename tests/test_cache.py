@@ -1,0 +1,76 @@
+"""--cache cold/warm means the same for every backend, with evidence from the backend."""
+import json
+
+import pytest
+
+from conftest import load_results, run_cli
+
+BACKENDS = ["inductor", "ort", "iree"]
+COMMON = ["--workloads", "mlp", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--threads", "1"]
+
+
+def _cells(out):
+    return {c["backend"]: c for c in load_results(out)["cells"]}
+
+
+@pytest.fixture(scope="module")
+def warm_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cache")
+    store = base / "store"
+    runs = []
+    for name in ("cold", "warm1", "warm2"):
+        mode = "cold" if name == "cold" else "warm"
+        proc = run_cli("--backends", ",".join(BACKENDS), *COMMON, "--cache", mode, "--tuning-logs", store,
+                       "--output-dir", base / name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs.append(_cells(base / name))
+    return base, store, runs
+
+
+def test_cold_writes_nothing_persistent(warm_runs):
+    base, store, (cold, _, _) = warm_runs
+    for b in BACKENDS:
+        assert cold[b]["cache"] == "cold"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_second_run_hits_and_compiles_faster(warm_runs, backend):
+    base, store, (cold, first, second) = warm_runs
+    assert first[backend]["cache"] == "miss", first[backend]["info"]
+    assert second[backend]["cache"] == "hit", second[backend]["info"]
+    assert second[backend]["compile_s"] < first[backend]["compile_s"]
+    assert second[backend]["numerics_ok"] is True
+    assert list((store / backend).glob("*/*")), f"no artifacts stored for {backend}"
+    evidence = second[backend]["info"]["cache_evidence"]
+    if backend == "inductor":
+        assert evidence["fxgraph_cache_hit"] >= 1 and evidence["fxgraph_cache_miss"] == 0
+    else:
+        assert evidence["loaded_from_store"] is True
+
+
+def test_other_shape_misses(warm_runs, tmp_path):
+    base, store, _ = warm_runs
+    proc = run_cli("--backends", ",".join(BACKENDS), *[a if a != "small" else "default" for a in COMMON],
+                   "--cache", "warm", "--tuning-logs", store, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = _cells(tmp_path)
+    for b in BACKENDS:
+        assert cells[b]["cache"] == "miss", (b, cells[b]["info"])
+
+
+@pytest.mark.parametrize("backend", ["ort", "iree"])
+def test_other_backend_version_misses(warm_runs, tmp_path, backend):
+    base, store, _ = warm_runs
+    (meta_path,) = list((store / backend).glob("*/mlp-small-*/artifact.json"))
+    meta = json.loads(meta_path.read_text())
+    meta["versions"] = {k: "0.0.0-other" for k in meta["versions"]}
+    meta_path.write_text(json.dumps(meta))
+    proc = run_cli("--backends", backend, *COMMON, "--cache", "warm", "--tuning-logs", store, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _cells(tmp_path)[backend]["cache"] == "miss"
+
+
+def test_inductor_key_holds_the_torch_version(warm_runs):
+    _, store, _ = warm_runs
+    (target_dir,) = list((store / "inductor").iterdir())
+    assert "torch2.13.0" in target_dir.name and "1t" in target_dir.name
