@@ -50,7 +50,11 @@ def read_records(folder: Path) -> tuple[list[Any], list[Any]]:
         path = folder / name
         rows = []
         if path.exists():
-            for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                raise TuningLogError(f"{path.name} is not text (binary garbage)") from None
+            for lineno, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
                 try:
@@ -106,7 +110,7 @@ class TuningLogStore:
             meta = json.loads(meta_path.read_text())
         except FileNotFoundError:
             return self._set_aside("tuning log has no dlcompare metadata (unknown target)")
-        except (json.JSONDecodeError, OSError):
+        except (ValueError, OSError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return self._set_aside("tuning log metadata is unreadable")
         if not isinstance(meta, dict) or meta.get("meta_version") != META_VERSION:
             return self._set_aside("tuning log metadata has an unknown version")
@@ -143,6 +147,7 @@ class TuningLogStore:
         last, so a crash mid-commit leaves either the old log or a log without
         metadata (which the next run sets aside), never a mixed one."""
         read_records(scratch)  # refuse to store what we could not read back
+        self.folder.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / META_FILE).unlink()
         for name in (WORKLOAD_FILE, RECORD_FILE):
@@ -184,7 +189,7 @@ def list_logs(root: str | Path, backend: str = "tvm") -> list[dict[str, Any]]:
             meta = json.loads(meta_path.read_text())
             _, records = read_records(folder)
             status = "ok"
-        except (TuningLogError, json.JSONDecodeError, OSError) as exc:
+        except (TuningLogError, ValueError, OSError) as exc:
             meta, records, status = {}, [], f"damaged: {exc}"
         best = {}
         for rec in records:

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import Backend, Compiled, CompileContext, target_key
+from .base import Backend, BackendUnavailable, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes, target_key
 from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
@@ -81,12 +81,12 @@ class _TvmBase(Backend):
         return Target({"kind": "llvm", "mcpu": mcpu, "num-cores": threads}), mcpu
 
     @staticmethod
-    def import_relax(module: Any, example_inputs: Sequence[Any], ctx: CompileContext):
+    def import_relax(module: Any, example_inputs: Sequence[Any], ctx: CompileContext, dynamic_shapes=None):
         import torch
         from tvm.relax.frontend.torch import from_exported_program
 
         with ctx.phase("export"):
-            exported = torch.export.export(module, tuple(example_inputs))
+            exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
         with ctx.phase("import"):
             # Weights are bound as constants (the default): kept as inputs they left
             # runtime transposes that cost more than the matmuls.
@@ -108,20 +108,33 @@ class TvmUntunedBackend(_TvmBase):
     name = "tvm-untuned"
     description = "Apache TVM Relax, default CPU pipeline, no tuning (what tuning buys)"
 
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext,
+                dynamic_shapes=None) -> Compiled:
         import tvm
 
-        mod = self.import_relax(module, example_inputs, ctx)
+        mod = self.import_relax(module, example_inputs, ctx, dynamic_shapes)
         target, mcpu = self.host_target(ctx.threads)
         ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
         with ctx.phase("build"):
             executable = tvm.compile(mod, target=target)
         return self.load(executable, ctx)
 
+    def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
+        if strategy != "symbolic":
+            return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
+        # A Relax function with symbolic dims builds once and runs any size.
+        compiled = self.compile(module, example_inputs, ctx, export_dynamic_shapes(dynamic_dims))
+        return DelegatingSession(self, compiled)
+
 
 class TvmBackend(_TvmBase):
     name = "tvm"
     description = "Apache TVM Relax + MetaSchedule auto-tuning (tuning logs kept and reused)"
+
+    def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
+        raise BackendUnavailable(
+            "MetaSchedule cannot tune symbolic shapes (DisallowDynamicLoop) and tuning per shape is out of "
+            "this experiment's budget; see tvm-untuned for TVM's specialize vs symbolic figures")
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         import tvm

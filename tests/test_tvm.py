@@ -1,0 +1,86 @@
+"""TVM with real MetaSchedule tuning (tiny budgets, small shapes)."""
+import pytest
+
+from adapters.tuning_store import RECORD_FILE
+from conftest import FIXTURES, load_results, run_cli
+
+pytestmark = pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("tvm") is None, reason="apache-tvm not installed"
+)
+
+# One operator -> one tuning task: real MetaSchedule tuning in well under a minute.
+COMMON = ["--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear", "--size", "small",
+          "--tvm-trials", "4", "--time-budget", "0.3", "--min-samples", "3"]
+
+
+def _tvm_cell(out):
+    return next(c for c in load_results(out)["cells"] if c["backend"] == "tvm")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tvm")
+    logs = base / "logs"
+    first = run_cli("--backends", "tvm-untuned,tvm", *COMMON, "--tuning-logs", logs, "--output-dir", base / "r1")
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = run_cli("--backends", "tvm", *COMMON, "--tuning-logs", logs, "--output-dir", base / "r2")
+    assert second.returncode == 0, second.stdout + second.stderr
+    return base, logs
+
+
+def test_first_run_tunes_and_writes_keyed_logs(tuned):
+    base, logs = tuned
+    cell = _tvm_cell(base / "r1")
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True
+    tuning = cell["info"]["tuning"]
+    assert tuning["reused"] is False and tuning["trials_measured"] > 0 and tuning["tasks"] >= 1
+    assert cell["compile_phases"]["tune"] > 1.0
+    assert set(cell["compile_phases"]) == {"export", "import", "tune", "build", "load", "first_call"}
+    log_dir = logs / "tvm" / tuning["target_key"]
+    assert f"_{cell['threads']}t_" in tuning["target_key"] and "tvm0.27" in tuning["target_key"]
+    stored = list(log_dir.glob(f"tiny_linear-small-*/{RECORD_FILE}"))
+    assert len(stored) == 1
+    assert tuning["history"] and all(h["trials"] > 0 for h in tuning["history"])
+    untuned = next(c for c in load_results(base / "r1")["cells"] if c["backend"] == "tvm-untuned")
+    assert untuned["status"] == "ok" and untuned["numerics_ok"] is True
+    assert "tune" not in untuned["compile_phases"]
+
+
+def test_second_run_reuses_the_log(tuned):
+    base, _ = tuned
+    first, second = _tvm_cell(base / "r1"), _tvm_cell(base / "r2")
+    assert second["info"]["tuning"]["reused"] is True
+    assert second["info"]["tuning"]["trials_measured"] == 0
+    assert second["compile_phases"]["tune"] < 0.05
+    assert second["compile_s"] < first["compile_s"] / 5
+    assert second["max_abs_err"] == pytest.approx(first["max_abs_err"], abs=1e-6)
+
+
+def test_corrupt_log_is_set_aside_and_retuned(tuned, tmp_path):
+    base, logs = tuned
+    tuning = _tvm_cell(base / "r1")["info"]["tuning"]
+    records = next((logs / "tvm" / tuning["target_key"]).glob(f"tiny_linear-small-*/{RECORD_FILE}"))
+    records.write_bytes(records.read_bytes().rstrip(b"\n")[:-7])  # the last line cut mid-record
+    proc = run_cli("--backends", "tvm", *COMMON, "--tuning-logs", logs, "--output-dir", tmp_path / "r3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = _tvm_cell(tmp_path / "r3")
+    assert "corrupt" in cell["info"]["tuning"]["tuning_log_warning"]
+    assert cell["info"]["tuning"]["reused"] is False and cell["info"]["tuning"]["trials_measured"] > 0
+    assert cell["numerics_ok"] is True
+
+
+@pytest.mark.slow
+def test_retune_tunes_again(tuned, tmp_path):
+    base, logs = tuned
+    proc = run_cli("--backends", "tvm", *COMMON, "--retune", "--tuning-logs", logs, "--output-dir", tmp_path / "r4")
+    assert proc.returncode == 0
+    tuning = _tvm_cell(tmp_path / "r4")["info"]["tuning"]
+    assert tuning["retuned"] is True and tuning["reused"] is False and tuning["trials_measured"] > 0
+
+
+def test_untuned_agrees_with_eager_on_all_five(tmp_path):
+    proc = run_cli("--backends", "tvm-untuned", "--size", "small", "--time-budget", "0.2", "--min-samples", "3",
+                   "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "tvm-untuned"]
+    assert len(cells) == 5 and all(c["status"] == "ok" and c["numerics_ok"] for c in cells)
