@@ -1,0 +1,215 @@
+"""``python -m compare diff BASE NEW``: what changed between two runs, with
+verdicts that account for noise.
+
+Latency: the ratio of medians new/base with a bootstrap 95% confidence
+interval from both runs' timing samples. *slower* only when the whole interval
+lies above 1 + min_effect, *faster* only when it lies below 1 - min_effect,
+otherwise *unchanged*. Compile time is one measurement per run (no samples), so
+it is called changed only beyond a fixed tolerance. The per-backend geometric
+mean counts slowdowns as they are (no clipping at 1.0).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .results import Cell, RunResults, atomic_write_text
+
+MIN_EFFECT = 0.02  # ignore shifts under 2 % even when the interval is tight
+COMPILE_TOLERANCE = 0.25  # compile time: one sample per run; call it changed beyond +-25 %
+ENV_KEYS = ("cpu_model", "cores", "threads", "device", "os")
+
+
+@dataclass
+class CellDiff:
+    workload: str
+    backend: str
+    base_ms: float | None
+    new_ms: float | None
+    ratio: float | None
+    ci: tuple[float, float] | None
+    verdict: str
+    compile_ratio: float | None
+    compile_verdict: str
+    base_err: Any
+    new_err: Any
+    numerics_change: str
+
+
+def ratio_interval(base: list[float], new: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap 95% interval of median(new) / median(base)."""
+    a = np.asarray(base, dtype=float)
+    b = np.asarray(new, dtype=float)
+    rng = np.random.default_rng(seed)
+    ra = np.median(rng.choice(a, size=(resamples, a.size)), axis=1)
+    rb = np.median(rng.choice(b, size=(resamples, b.size)), axis=1)
+    lo, hi = np.percentile(rb / ra, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def latency_verdict(base: list[float], new: list[float], min_effect: float = MIN_EFFECT) -> tuple[float, tuple[float, float], str]:
+    ratio = float(np.median(new) / np.median(base))
+    if len(base) < 3 or len(new) < 3:
+        return ratio, (ratio, ratio), "too few samples"
+    lo, hi = ratio_interval(base, new)
+    if lo > 1 + min_effect:
+        verdict = "slower"
+    elif hi < 1 - min_effect:
+        verdict = "faster"
+    else:
+        verdict = "unchanged"
+    return ratio, (lo, hi), verdict
+
+
+def _numerics_change(base: Cell, new: Cell) -> str:
+    if base.numerics_ok is not None and new.numerics_ok is not None and base.numerics_ok != new.numerics_ok:
+        return "now FAILS tolerance" if not new.numerics_ok else "now within tolerance"
+    b, n = base.max_abs_err, new.max_abs_err
+    if isinstance(b, float) and isinstance(n, float) and b > 0 and n > 0 and abs(math.log10(n / b)) >= 1:
+        return f"max abs err {b:.2g} -> {n:.2g}"
+    return "same"
+
+
+def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT) -> list[CellDiff]:
+    base_by_key = {c.key: c for c in base.cells}
+    out = []
+    for cell in new.cells:
+        old = base_by_key.get(cell.key)
+        if old is None:
+            out.append(CellDiff(cell.workload, cell.backend, None, None, None, None, "new cell", None, "-",
+                                None, cell.max_abs_err, "-"))
+            continue
+        if old.status != "ok" or cell.status != "ok" or not old.latency_ms or not cell.latency_ms:
+            out.append(CellDiff(cell.workload, cell.backend, None, None, None, None,
+                                f"status {old.status} -> {cell.status}", None, "-", old.max_abs_err,
+                                cell.max_abs_err, "-"))
+            continue
+        ratio, ci, verdict = latency_verdict(old.latency_ms.samples, cell.latency_ms.samples, min_effect)
+        compile_ratio, compile_verdict = None, "-"
+        if old.compile_s and cell.compile_s is not None and cell.backend != "eager":
+            compile_ratio = cell.compile_s / old.compile_s
+            compile_verdict = ("slower" if compile_ratio > 1 + COMPILE_TOLERANCE
+                               else "faster" if compile_ratio < 1 - COMPILE_TOLERANCE else "unchanged")
+        out.append(CellDiff(cell.workload, cell.backend, old.latency_ms.median, cell.latency_ms.median, ratio, ci,
+                            verdict, compile_ratio, compile_verdict, old.max_abs_err, cell.max_abs_err,
+                            _numerics_change(old, cell)))
+    new_keys = {c.key for c in new.cells}
+    for old in base.cells:
+        if old.key not in new_keys:
+            out.append(CellDiff(old.workload, old.backend, None, None, None, None, "missing in new run", None, "-",
+                                old.max_abs_err, None, "-"))
+    return out
+
+
+def geomeans(diffs: list[CellDiff]) -> dict[str, dict[str, Any]]:
+    """Per backend: geometric mean of latency ratios over every compared cell (slowdowns count)."""
+    by_backend: dict[str, list[float]] = {}
+    for d in diffs:
+        if d.ratio:
+            by_backend.setdefault(d.backend, []).append(d.ratio)
+    return {b: {"geomean_ratio": float(math.exp(sum(math.log(r) for r in rs) / len(rs))), "cells": len(rs)}
+            for b, rs in by_backend.items()}
+
+
+def environment_differences(base: RunResults, new: RunResults) -> list[str]:
+    lines = []
+    for key in ENV_KEYS:
+        a, b = base.environment.get(key), new.environment.get(key)
+        if a != b:
+            lines.append(f"{key}: {a} -> {b}")
+    va, vb = base.environment.get("versions", {}), new.environment.get("versions", {})
+    for name in sorted(set(va) | set(vb)):
+        if va.get(name) != vb.get(name):
+            lines.append(f"{name}: {va.get(name, 'absent')} -> {vb.get(name, 'absent')}")
+    return lines
+
+
+def regressions(diffs: list[CellDiff], pct: float) -> list[CellDiff]:
+    return [d for d in diffs if d.verdict == "slower" and d.ratio and d.ratio > 1 + pct / 100]
+
+
+def diff_frame(diffs: list[CellDiff]) -> pd.DataFrame:
+    rows = []
+    for d in diffs:
+        rows.append({
+            "workload": d.workload, "backend": d.backend,
+            "base ms": f"{d.base_ms:.4g}" if d.base_ms else "-",
+            "new ms": f"{d.new_ms:.4g}" if d.new_ms else "-",
+            "new/base [95% CI]": f"{d.ratio:.3f} [{d.ci[0]:.3f}-{d.ci[1]:.3f}]" if d.ratio and d.ci else "-",
+            "latency verdict": d.verdict,
+            "compile new/base": f"{d.compile_ratio:.2f} ({d.compile_verdict})" if d.compile_ratio else "-",
+            "numerics": d.numerics_change,
+        })
+    return pd.DataFrame(rows)
+
+
+def render_markdown(base: RunResults, new: RunResults, diffs: list[CellDiff]) -> str:
+    env = environment_differences(base, new)
+    gm = geomeans(diffs)
+    lines = [f"# dlcompare diff: {base.run_id} -> {new.run_id}", ""]
+    if env:
+        lines += ["**The environments differ** (figures are still compared):", ""] + [f"- {e}" for e in env] + [""]
+    else:
+        lines += ["Same environment (CPU, cores, threads, device, OS, package versions).", ""]
+    lines += [diff_frame(diffs).to_markdown(index=False), "",
+              "Verdicts: bootstrap 95% CI of the ratio of medians from both runs' samples; slower/faster only when "
+              f"the whole interval is beyond +-{MIN_EFFECT:.0%}; compile time (one sample per run) beyond "
+              f"+-{COMPILE_TOLERANCE:.0%}.", "",
+              "## Geometric mean of latency ratios per backend (new/base, slowdowns included)", ""]
+    lines += [f"- {b}: {v['geomean_ratio']:.3f} over {v['cells']} cell(s)" for b, v in gm.items()]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(base: RunResults, new: RunResults, diffs: list[CellDiff]) -> str:
+    import html
+
+    env = environment_differences(base, new)
+    gm = geomeans(diffs)
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>dlcompare diff</title>",
+             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>",
+             f"<h1>{html.escape(base.run_id)} &rarr; {html.escape(new.run_id)}</h1>"]
+    if env:
+        parts.append("<p><b>The environments differ:</b></p><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in env) + "</ul>")
+    parts.append(diff_frame(diffs).to_html(index=False))
+    parts.append("<h2>Geometric mean per backend</h2><ul>" + "".join(
+        f"<li>{html.escape(b)}: {v['geomean_ratio']:.3f} ({v['cells']} cells)</li>" for b, v in gm.items()) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def run(args, console) -> int:
+    from rich.table import Table
+
+    base = RunResults.load(args.base)
+    new = RunResults.load(args.new)
+    diffs = diff_cells(base, new, args.min_effect / 100)
+    out_dir = Path(args.output_dir) if args.output_dir else (Path(args.new) if Path(args.new).is_dir() else Path(args.new).parent)
+    atomic_write_text(out_dir / "diff.md", render_markdown(base, new, diffs))
+    atomic_write_text(out_dir / "diff.html", render_html(base, new, diffs))
+    for line in environment_differences(base, new):
+        console.print(f"[yellow]environment differs:[/yellow] {line}", highlight=False)
+    frame = diff_frame(diffs)
+    table = Table(title=f"{base.run_id} -> {new.run_id}")
+    for col in frame.columns:
+        table.add_column(col)
+    styles = {"slower": "red", "faster": "green"}
+    for _, row in frame.iterrows():
+        table.add_row(*[str(v) for v in row], style=styles.get(row["latency verdict"], ""))
+    console.print(table)
+    for backend, v in geomeans(diffs).items():
+        console.print(f"geomean new/base {backend}: {v['geomean_ratio']:.3f} ({v['cells']} cells)", highlight=False)
+    console.print(f"written: {out_dir / 'diff.md'}, {out_dir / 'diff.html'}", highlight=False)
+    if args.fail_on_regression is not None:
+        bad = regressions(diffs, args.fail_on_regression)
+        if bad:
+            for d in bad:
+                console.print(f"[red]regression:[/red] {d.workload} / {d.backend}: {d.ratio:.3f}x slower "
+                              f"(CI {d.ci[0]:.3f}-{d.ci[1]:.3f})", highlight=False)
+            return 1
+    return 0

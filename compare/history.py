@@ -1,0 +1,124 @@
+"""Run history in an embedded SQLite database (``reports/history.sqlite``).
+
+Every run is recorded (run id, time, environment, per-cell figures) in one
+transaction per write, in WAL mode, so a process killed mid-write leaves the
+database readable with every earlier run intact. History is a convenience:
+failing to write it never touches a run's own files.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from .results import RunResults
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, started TEXT, finished TEXT, state TEXT,
+    path TEXT, cpu_model TEXT, threads INTEGER, device TEXT,
+    environment TEXT, config TEXT
+);
+CREATE TABLE IF NOT EXISTS cells (
+    run_id TEXT, workload TEXT, backend TEXT, size TEXT, device TEXT, status TEXT,
+    latency_ms REAL, eager_latency_ms REAL, speedup REAL, compile_s REAL,
+    max_abs_err REAL, numerics_ok INTEGER, peak_rss_mb REAL, cache TEXT, error TEXT,
+    PRIMARY KEY (run_id, workload, backend, size, device)
+);
+CREATE INDEX IF NOT EXISTS cells_by_pair ON cells (workload, backend);
+"""
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path), timeout=30)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    con.executescript(SCHEMA)
+    return con
+
+
+def _float(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def record_run(db_path: str | Path, results: RunResults, run_dir: str | Path) -> None:
+    """Insert or replace one run and its cells atomically."""
+    env = results.environment
+    con = connect(db_path)
+    try:
+        with con:  # one transaction: all of this run, or none of it
+            con.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (results.run_id, results.started, results.finished, results.state, str(Path(run_dir).resolve()),
+                 env.get("cpu_model"), env.get("threads"), env.get("device"),
+                 json.dumps(env), json.dumps(results.config)),
+            )
+            con.execute("DELETE FROM cells WHERE run_id = ?", (results.run_id,))
+            con.executemany(
+                "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(results.run_id, c.workload, c.backend, c.size, c.device, c.status,
+                  c.latency_ms.median if c.latency_ms else None, _float(c.eager_latency_ms), _float(c.speedup),
+                  _float(c.compile_s), _float(c.max_abs_err),
+                  None if c.numerics_ok is None else int(c.numerics_ok), _float(c.peak_rss_mb), c.cache, c.error)
+                 for c in results.cells],
+            )
+    finally:
+        con.close()
+
+
+def list_runs(db_path: str | Path) -> list[dict[str, Any]]:
+    con = connect(db_path)
+    try:
+        rows = con.execute(
+            "SELECT r.run_id, r.started, r.state, r.cpu_model, r.threads, r.path, "
+            "COUNT(c.workload), SUM(c.status = 'ok') FROM runs r LEFT JOIN cells c USING (run_id) "
+            "GROUP BY r.run_id ORDER BY r.started").fetchall()
+    finally:
+        con.close()
+    keys = ("run_id", "started", "state", "cpu_model", "threads", "path", "cells", "ok")
+    return [dict(zip(keys, r)) for r in rows]
+
+
+def series(db_path: str | Path, workload: str, backend: str) -> list[dict[str, Any]]:
+    con = connect(db_path)
+    try:
+        rows = con.execute(
+            "SELECT r.run_id, r.started, c.size, c.status, c.latency_ms, c.speedup, c.compile_s, c.max_abs_err "
+            "FROM cells c JOIN runs r USING (run_id) WHERE c.workload = ? AND c.backend = ? ORDER BY r.started",
+            (workload, backend)).fetchall()
+    finally:
+        con.close()
+    keys = ("run_id", "started", "size", "status", "latency_ms", "speedup", "compile_s", "max_abs_err")
+    return [dict(zip(keys, r)) for r in rows]
+
+
+def run(args, console) -> int:
+    from rich.table import Table
+
+    db = Path(args.db)
+    if not db.exists():
+        console.print(f"no history yet at {db}")
+        return 0
+    if args.workload or args.backend:
+        if not (args.workload and args.backend):
+            raise ValueError("history needs both --workload and --backend to show a figure over time")
+        rows = series(db, args.workload, args.backend)
+        table = Table(title=f"{args.workload} / {args.backend} over time")
+        for col in ("run", "started", "size", "status", "latency ms", "speedup", "compile s", "max abs err"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["run_id"], r["started"], r["size"], r["status"],
+                          *[("-" if r[k] is None else f"{r[k]:.4g}") for k in ("latency_ms", "speedup", "compile_s", "max_abs_err")])
+        console.print(table)
+        return 0
+    table = Table(title=f"runs in {db}")
+    for col in ("run", "started", "state", "cpu", "threads", "cells ok", "path"):
+        table.add_column(col, overflow="fold")
+    for r in list_runs(db):
+        table.add_row(r["run_id"], r["started"], r["state"], r["cpu_model"], str(r["threads"]),
+                      f"{r['ok']}/{r['cells']}", r["path"])
+    console.print(table)
+    return 0

@@ -1,0 +1,265 @@
+"""report.html: one self-contained page (plots embedded as PNG data URIs) built
+from results.json alone. Reports read results; they never measure."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .report import environment_line, problems, summary_rows, SUMMARY_COLUMNS
+from .results import RunResults, atomic_write_text
+
+PHASE_ORDER = ["export", "import", "trace", "codegen", "tune", "build", "compile", "session", "load", "first_call"]
+
+
+def _figure_to_data_uri(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _ok_cells(results: RunResults):
+    return [c for c in results.cells if c.status == "ok" and c.latency_ms is not None]
+
+
+def plot_speedups(results: RunResults) -> str | None:
+    cells = [c for c in _ok_cells(results) if c.backend != "eager" and c.speedup]
+    if not cells:
+        return None
+    plt = _plt()
+    workloads = list(dict.fromkeys(c.workload for c in cells))
+    backends = list(dict.fromkeys(c.backend for c in cells))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(workloads)), 4))
+    width = 0.8 / len(backends)
+    for j, backend in enumerate(backends):
+        xs, ys, lo, hi = [], [], [], []
+        for i, w in enumerate(workloads):
+            c = next((c for c in cells if c.workload == w and c.backend == backend), None)
+            if c is None:
+                continue
+            xs.append(i + (j - (len(backends) - 1) / 2) * width)
+            ys.append(c.speedup)
+            ci = c.speedup_ci or [c.speedup, c.speedup]
+            lo.append(max(c.speedup - ci[0], 0))
+            hi.append(max(ci[1] - c.speedup, 0))
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=backend)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(workloads)), workloads, rotation=20)
+    ax.set_yscale("log")
+    ax.set_ylabel("speedup vs eager (log; bars: 95% CI)")
+    ax.legend(fontsize=8)
+    ax.set_title("Speedup over eager")
+    return _figure_to_data_uri(fig)
+
+
+def plot_compile_phases(results: RunResults) -> str | None:
+    cells = [c for c in _ok_cells(results) if c.backend != "eager" and c.compile_phases]
+    if not cells:
+        return None
+    plt = _plt()
+    labels = [f"{c.workload}\n{c.backend}" + (f" ({c.cache})" if c.cache else "") for c in cells]
+    phases = [p for p in PHASE_ORDER if any(p in c.compile_phases for c in cells)]
+    phases += sorted({p for c in cells for p in c.compile_phases} - set(phases))
+    fig, ax = plt.subplots(figsize=(7, max(3, 0.35 * len(cells))))
+    left = [0.0] * len(cells)
+    for phase in phases:
+        widths = [c.compile_phases.get(phase, 0.0) for c in cells]
+        ax.barh(range(len(cells)), widths, left=left, label=phase)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(range(len(cells)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlabel("compile seconds, stacked by phase (symlog)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("Compile time by phase")
+    return _figure_to_data_uri(fig)
+
+
+def plot_amortization(results: RunResults) -> str | None:
+    cells = [c for c in _ok_cells(results) if c.amortization]
+    if not cells:
+        return None
+    plt = _plt()
+    workloads = list(dict.fromkeys(c.workload for c in cells))
+    cols = min(3, len(workloads))
+    rows = math.ceil(len(workloads) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, w in zip(axes.flat, workloads):
+        eager_drawn = False
+        for c in (c for c in cells if c.workload == w):
+            ns = [p["calls"] for p in c.amortization]
+            ax.plot(ns, [p["compiled_s"] for p in c.amortization], marker=".", label=c.backend)
+            if not eager_drawn:
+                ax.plot(ns, [p["eager_s"] for p in c.amortization], "k--", label="eager")
+                eager_drawn = True
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(w, fontsize=9)
+        ax.set_xlabel("calls")
+        ax.set_ylabel("cumulative s")
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(workloads):]:
+        ax.axis("off")
+    fig.suptitle("Compile + n x latency against n x eager latency")
+    fig.tight_layout()
+    return _figure_to_data_uri(fig)
+
+
+def plot_tuning_curves(results: RunResults) -> str | None:
+    cells = [c for c in results.cells if isinstance(c.info, dict) and (c.info.get("tuning") or {}).get("history")]
+    if not cells:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3), squeeze=False)
+    for ax, c in zip(axes.flat, cells):
+        names = c.info["tuning"].get("task_names", [])
+        for task in c.info["tuning"]["history"]:
+            best, curve = math.inf, []
+            for run in task["run_ms"]:
+                if run is not None:
+                    best = min(best, run)
+                curve.append(best if best < math.inf else None)
+            label = names[task["task"]] if task["task"] < len(names) else f"task {task['task']}"
+            ax.plot(range(1, len(curve) + 1), curve, marker=".", label=label[:28])
+        ax.set_yscale("log")
+        ax.set_xlabel("trials measured")
+        ax.set_ylabel("best ms found")
+        ax.set_title(f"{c.workload} / {c.backend}", fontsize=9)
+        ax.legend(fontsize=5)
+    fig.suptitle("TVM MetaSchedule: best latency vs trials, per task")
+    fig.tight_layout()
+    return _figure_to_data_uri(fig)
+
+
+def plot_dynamic(results: RunResults) -> str | None:
+    rows = [r for r in (results.experiments.get("dynamic_shapes") or {}).get("summary", [])
+            if "specialize_transition_s" in r and "symbolic_transition_s" in r]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 3.5))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["specialize_transition_s"] for r in rows], 0.4, label="specialize")
+    ax.bar([x + 0.2 for x in xs], [r["symbolic_transition_s"] for r in rows], 0.4, label="symbolic")
+    ax.set_xticks(list(xs), [f"{r['workload']}\n{r['backend']}" for r in rows], fontsize=7)
+    ax.set_ylabel("shape-transition cost, s")
+    ax.set_title("Dynamic shapes: cumulative transition cost")
+    ax.legend()
+    return _figure_to_data_uri(fig)
+
+
+def plot_roofline(results: RunResults) -> str | None:
+    ceilings = results.experiments.get("roofline_ceilings")
+    cells = [c for c in _ok_cells(results) if c.roofline and c.roofline.get("arithmetic_intensity")]
+    if not ceilings or not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ai_min = min(c.roofline["arithmetic_intensity"] for c in cells) / 4
+    ai_max = max(c.roofline["arithmetic_intensity"] for c in cells) * 4
+    xs = [ai_min * (ai_max / ai_min) ** (i / 50) for i in range(51)]
+    ax.plot(xs, [min(ceilings["peak_gflops"], x * ceilings["peak_gbps"]) for x in xs], "k-", label="roofline")
+    for backend in dict.fromkeys(c.backend for c in cells):
+        pts = [c for c in cells if c.backend == backend]
+        ax.scatter([c.roofline["arithmetic_intensity"] for c in pts], [c.roofline["achieved_gflops"] for c in pts],
+                   label=backend, s=18)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP/byte (counted FLOPs / minimum bytes)")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.legend(fontsize=7)
+    ax.set_title("Roofline of this machine")
+    return _figure_to_data_uri(fig)
+
+
+def plot_numerics(results: RunResults) -> str | None:
+    cells = [c for c in _ok_cells(results) if c.backend != "eager" and isinstance(c.max_abs_err, float)]
+    if not cells:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, max(3, 0.3 * len(cells))))
+    ax.barh(range(len(cells)), [max(c.max_abs_err, 1e-12) for c in cells],
+            color=["tab:blue" if c.numerics_ok else "tab:red" for c in cells])
+    ax.set_yticks(range(len(cells)), [f"{c.workload} / {c.backend}" for c in cells], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("max abs error vs eager fp32 (red: beyond tolerance)")
+    ax.set_title("Numerical agreement")
+    return _figure_to_data_uri(fig)
+
+
+PLOTS = [
+    ("Speedup vs eager", plot_speedups),
+    ("Compile time by phase", plot_compile_phases),
+    ("Amortization", plot_amortization),
+    ("TVM tuning curves", plot_tuning_curves),
+    ("Dynamic shapes", plot_dynamic),
+    ("Roofline", plot_roofline),
+    ("Numerical agreement", plot_numerics),
+]
+
+# Checked by the browser test: every image decoded, no script error.
+_CHECK_SCRIPT = """
+window.__errors = [];
+window.addEventListener('error', function (e) { window.__errors.push(String(e.message)); });
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var good = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute('data-images', good + '/' + imgs.length);
+  document.body.setAttribute('data-errors', String(window.__errors.length));
+});
+"""
+
+
+def render_html(results: RunResults) -> str:
+    esc = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>dlcompare {esc(results.run_id)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+        "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}img{max-width:100%;"
+        "border:1px solid #ddd;margin:0.5em 0}.bad{color:#b00}</style>",
+        f"<script>{_CHECK_SCRIPT}</script></head><body>",
+        f"<h1>dlcompare run {esc(results.run_id)} <small>({esc(results.state)})</small></h1>",
+        f"<p>{esc(environment_line(results))}</p>",
+        "<h2>Summary</h2>",
+        pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
+    ]
+    for title, plot in PLOTS:
+        uri = plot(results)
+        if uri:
+            parts += [f"<h2>{esc(title)}</h2>", f"<img alt='{esc(title)}' src='{uri}'>"]
+    issues = problems(results)
+    parts.append("<h2>Failed and unavailable cells</h2>")
+    if issues:
+        parts.append("<ul>" + "".join(f"<li class='bad'>{esc(p)}</li>" for p in issues) + "</ul>")
+    unavailable = [c for c in results.cells if c.status == "unavailable"]
+    if not issues and not unavailable:
+        parts.append("<p>none</p>")
+    parts += ["<h2>Environment</h2>", f"<pre>{esc(json.dumps(results.environment, indent=2))}</pre>",
+              "<h2>Configuration</h2>", f"<pre>{esc(json.dumps(results.config, indent=2))}</pre>",
+              "</body></html>"]
+    return "\n".join(parts)
+
+
+def write_html(results: RunResults, run_dir: str | Path) -> Path:
+    path = Path(run_dir) / "report.html"
+    atomic_write_text(path, render_html(results))
+    return path
