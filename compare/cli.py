@@ -2,7 +2,8 @@
 
 Exit codes: 0 every cell measured and agreeing with eager; 1 some cell failed,
 timed out, ran out of memory or disagreed numerically (everything is still
-written); 2 bad input; 130 interrupted by Ctrl-C, 143 by SIGTERM.
+written); 2 bad input; 74 the output folder became unwritable mid-run (disk
+full: the last saved results stay intact); 130 interrupted by Ctrl-C, 143 by SIGTERM.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 from typing import Sequence
 
 EXIT_OK, EXIT_CELL_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
-DEFAULT_BACKENDS = "inductor,ort"
-SUBCOMMANDS = ("run", "list", "report", "overhead", "tuning-logs")
+DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
+DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
+SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs")
 
 
 class UsageError(Exception):
@@ -56,6 +59,49 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int) -> None:
+    from workloads import SIZES
+
+    parser.add_argument("--backends", type=_csv, default=_csv(default_backends),
+                     help=f"comma-separated backends to compare with eager (default: {default_backends})")
+    parser.add_argument("--workloads", type=_csv, default=None, help="comma-separated workloads (default: all)")
+    parser.add_argument("--workload-file", action="append", default=[], metavar="PATH",
+                     help="Python file defining extra workloads (run as code); repeatable")
+    parser.add_argument("--size", choices=SIZES, default="default")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)")
+    parser.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds per cell before it is killed")
+    parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+                     help="address-space limit per worker (cells over it are out_of_memory)")
+    parser.add_argument("--output-dir", default=None, help="where results go (default: reports/<timestamp>/)")
+    parser.add_argument("--cache", choices=("cold", "warm"), default="cold",
+                     help="cold: compile from nothing; warm: reuse persistent compile artifacts")
+    parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
+    parser.add_argument("--inductor-mode", default="default",
+                     choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    parser.add_argument("--tvm-trials", type=_positive_int, default=64, metavar="N",
+                     help="MetaSchedule trial budget per workload (default 64)")
+    parser.add_argument("--tvm-trials-per-task", type=_positive_int, default=None, metavar="N",
+                     help="cap per tuning task (default: the budget spread evenly over the tasks)")
+    parser.add_argument("--retune", action="store_true", help="discard stored TVM tuning logs and tune again")
+    parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
+                     help="soft budget in seconds for sampling one cell's latency")
+    parser.add_argument("--min-samples", type=_positive_int, default=10)
+    parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
+                        help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--system-malloc", action="store_true",
+                     help="leave glibc's malloc defaults (default: heap-only, no trim, for stable timings)")
+    parser.add_argument("--history", default=None, metavar="DB",
+                        help="SQLite run history (default: history.sqlite beside the output folder)")
+    parser.add_argument("--no-history", action="store_true", help="do not record this run in the history")
+    parser.add_argument("--keep-work-dirs", action="store_true", help="keep each worker's scratch folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
+    parser.add_argument("--resume", default=None, metavar="RUN_DIR",
+                        help="finish an interrupted run: only missing cells and transient failures run again")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from workloads import SIZES
 
@@ -63,45 +109,38 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="measure workloads x backends (the default command)")
-    run.add_argument("--backends", type=_csv, default=_csv(DEFAULT_BACKENDS),
-                     help=f"comma-separated backends to compare with eager (default: {DEFAULT_BACKENDS})")
-    run.add_argument("--workloads", type=_csv, default=None, help="comma-separated workloads (default: all)")
-    run.add_argument("--workload-file", action="append", default=[], metavar="PATH",
-                     help="Python file defining extra workloads (run as code); repeatable")
-    run.add_argument("--size", choices=SIZES, default="default")
-    run.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    run.add_argument("--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)")
-    run.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds per cell before it is killed")
-    run.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
-                     help="address-space limit per worker (cells over it are out_of_memory)")
-    run.add_argument("--output-dir", default=None, help="where results go (default: reports/<timestamp>/)")
-    run.add_argument("--cache", choices=("cold", "warm"), default="cold",
-                     help="cold: compile from nothing; warm: reuse persistent compile artifacts")
-    run.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
-    run.add_argument("--inductor-mode", default="default",
-                     choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
-    run.add_argument("--tvm-trials", type=_positive_int, default=64, metavar="N",
-                     help="MetaSchedule trial budget per workload (default 64)")
-    run.add_argument("--tvm-trials-per-task", type=_positive_int, default=None, metavar="N",
-                     help="cap per tuning task (default: the budget spread evenly over the tasks)")
-    run.add_argument("--retune", action="store_true", help="discard stored TVM tuning logs and tune again")
-    run.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
-                     help="soft budget in seconds for sampling one cell's latency")
-    run.add_argument("--min-samples", type=_positive_int, default=10)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--system-malloc", action="store_true",
-                     help="leave glibc's malloc defaults (default: heap-only, no trim, for stable timings)")
-    run.add_argument("--keep-work-dirs", action="store_true", help="keep each worker's scratch folder")
-    run.add_argument("--quiet", action="store_true", help="no progress display")
-    run.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
+    _add_run_arguments(run, DEFAULT_BACKENDS, numerics_draws=1)
+    run.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
+
+    paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
+    _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5)
+    paper.add_argument("--dynamic-sizes", type=_positive_int, default=4, metavar="K",
+                       help="distinct sizes of the varying dimension (default 4)")
+    paper.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",
+                       help="calls in the shape sequence (default 40)")
+    paper.add_argument("--skip-dynamic", action="store_true", help="leave out the dynamic-shape experiment")
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
     lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     lst.add_argument("--size", choices=SIZES, default="default")
     lst.add_argument("--workload-file", action="append", default=[], metavar="PATH")
 
-    rep = sub.add_parser("report", help="rewrite summary.md and results.csv from a run's results.json")
+    rep = sub.add_parser("report", help="rewrite summary.md, results.csv and report.html from results.json")
     rep.add_argument("run_dir")
+
+    dif = sub.add_parser("diff", help="compare two runs with noise-aware verdicts")
+    dif.add_argument("base")
+    dif.add_argument("new")
+    dif.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
+                     help="exit 1 if a cell is slower beyond noise and by more than PCT percent")
+    dif.add_argument("--min-effect", type=float, default=2.0, metavar="PCT",
+                     help="shifts smaller than this are 'unchanged' even when the CI is tight (default 2)")
+    dif.add_argument("--output-dir", default=None, help="where diff.md/diff.html go (default: the NEW run's folder)")
+
+    his = sub.add_parser("history", help="runs recorded in the history database, or one figure over time")
+    his.add_argument("--db", default=str(Path("reports") / "history.sqlite"))
+    his.add_argument("--workload")
+    his.add_argument("--backend")
 
     from . import tuning_logs
 
@@ -117,7 +156,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     # The bare form is "run": python -m compare --backends inductor,ort
     if not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help"):
         argv = ["run"] + argv
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    args.explicit = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--")}
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from workloads import WorkloadError
 
     from .results import ResultsError
+    from .runner import OutputError
     from .tuning_logs import TuningLogsUsage
 
     try:
@@ -133,6 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "diff":
+            from . import diff
+
+            return diff.run(args, wide_console())
+        if args.command == "history":
+            from . import history
+
+            try:
+                return history.run(args, wide_console())
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         if args.command == "tuning-logs":
             from . import tuning_logs
 
@@ -141,13 +194,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .overhead import main as overhead_main
 
             return overhead_main(args.repeats)
-        return cmd_run(args)
+        return cmd_run(args, paper=args.command == "paper")
     except (UsageError, WorkloadError, ResultsError, TuningLogsUsage) as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OutputError as exc:
+        print(f"compare: error: {exc}", file=sys.stderr)
+        return EXIT_OUTPUT
 
 
 # ----------------------------------------------------------------------------- run
+
+def _fresh_run_dir(root: Path) -> Path:
+    """reports/<timestamp>[-N]: created exclusively, so two runs started in the same
+    second never share (and overwrite) one folder."""
+    _check_output_dir(root)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        candidate = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise UsageError(f"cannot create a fresh run folder under {root}")
+
 
 def _check_output_dir(path: Path) -> None:
     try:
@@ -159,7 +230,7 @@ def _check_output_dir(path: Path) -> None:
         raise UsageError(f"output dir {path} is not writable ({exc.strerror or exc})") from None
 
 
-def make_config(args: argparse.Namespace):
+def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     from adapters import backend_names
     from workloads import resolve_workloads
 
@@ -177,8 +248,13 @@ def make_config(args: argparse.Namespace):
     for w in workloads:
         w.input_specs(args.size)  # validate shapes now: a bad size is a usage error, not a failed cell
     threads = args.threads or available_cores()
-    output_dir = Path(args.output_dir) if args.output_dir else Path("reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    _check_output_dir(output_dir)
+    if output_dir is not None:
+        _check_output_dir(output_dir)
+    elif args.output_dir:
+        output_dir = Path(args.output_dir)
+        _check_output_dir(output_dir)
+    else:
+        output_dir = _fresh_run_dir(Path("reports"))
     return RunConfig(
         backends=backends,
         workloads=[w.name for w in workloads],
@@ -196,17 +272,70 @@ def make_config(args: argparse.Namespace):
         options={"inductor_mode": args.inductor_mode, "tvm_trials": args.tvm_trials,
                  "tvm_trials_per_task": args.tvm_trials_per_task, "retune": args.retune, "seed": args.seed},
         keep_work_dirs=args.keep_work_dirs,
+        numerics_draws=args.numerics_draws,
+        roofline=getattr(args, "roofline", False) or args.command == "paper",
         malloc_env={} if args.system_malloc else dict(STABLE_MALLOC_ENV),
     )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
+                  "--threads": "threads", "--seed": "seed", "--cache": "cache"}
+
+
+def resume_state(args: argparse.Namespace):
+    """The stored run and its config; refuses (UsageError) when what was asked or the
+    machine no longer matches the run being resumed."""
+    from . import environment
+    from .results import RunResults
+    from .runner import RunConfig
+
+    stored = RunResults.load(args.resume)
+    try:
+        config = RunConfig(**stored.config)
+    except TypeError as exc:
+        raise UsageError(f"{args.resume}: its config cannot be resumed by this dlcompare ({exc})") from None
+    config.output_dir = str(Path(args.resume))
+    requested = make_config(args, output_dir=Path(args.resume))
+    for flag, attr in RESUME_CHECKED.items():
+        if flag in args.explicit and getattr(requested, attr) != getattr(config, attr):
+            raise UsageError(f"cannot resume {args.resume}: {flag} was {getattr(config, attr)} in that run, "
+                             f"now {getattr(requested, attr)}; start a new run instead")
+    now = environment.capture(config.threads, config.device)
+    then = stored.environment
+    for key in ("cpu_model", "cores"):
+        if now.get(key) != then.get(key):
+            raise UsageError(f"cannot resume {args.resume}: {key} was {then.get(key)!r}, now {now.get(key)!r}")
+    for name, version in (then.get("versions") or {}).items():
+        if now["versions"].get(name) != version:
+            raise UsageError(f"cannot resume {args.resume}: {name} was {version}, now "
+                             f"{now['versions'].get(name, 'not installed')}; start a new run instead")
+    kept = [c for c in stored.cells if not _transient(c)]
+    rerun = len(stored.cells) - len(kept)
+    stored.cells = kept
+    stored.state = "running"
+    return stored, config, rerun
+
+
+def _transient(cell) -> bool:
+    from .results import TRANSIENT_STATUSES
+
+    return cell.status in TRANSIENT_STATUSES or (cell.status == "failed" and (cell.error or "").startswith("worker killed by"))
+
+
+def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     from rich.console import Console
 
     from .report import problems, rich_table
     from .runner import RunInterrupted, Runner
 
-    config = make_config(args)
+    stored = None
+    if args.resume:
+        stored, config, rerun = resume_state(args)
+        missing = len(config.workloads) * len(config.backends) - len(stored.cells)
+        print(f"compare: resuming {args.resume}: {len(stored.cells)} cell(s) kept, {missing} to run "
+              f"({rerun} of them transient failures)", file=sys.stderr)
+    else:
+        config = make_config(args)
     console = Console(stderr=True)
     progress = None if args.quiet else RichProgress(console)
     runner = Runner(config, progress)
@@ -220,19 +349,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         with (progress or contextlib.nullcontext()):
-            results = runner.run()
+            results = runner.run(stored)
+        if paper and not args.skip_dynamic:
+            with (RichProgress(console) if not args.quiet else contextlib.nullcontext()) as dyn_progress:
+                runner.progress = dyn_progress or runner.progress
+                runner.run_dynamic(results, [b for b in config.backends if b != "eager"],
+                                   args.dynamic_sizes, args.dynamic_calls)
     except RunInterrupted:
+        finalize_outputs(runner.last_results, config, args, console)
         which = "SIGTERM" if received["signal"] == signal.SIGTERM else "Ctrl-C"
         print(f"compare: interrupted by {which}; finished cells are saved in {config.output_dir}", file=sys.stderr)
         return EXIT_SIGTERM if received["signal"] == signal.SIGTERM else EXIT_SIGINT
     finally:
         signal.signal(signal.SIGTERM, previous)
 
+    finalize_outputs(results, config, args, console)
     out = wide_console()
     out.print(rich_table(results))
     issues = problems(results)
     for line in issues:
         out.print(f"[red]problem:[/red] {line}", highlight=False)
+    if paper:
+        out.print(f"paper comparison: {Path(config.output_dir) / 'paper.md'}", highlight=False)
+    out.print(f"report: {Path(config.output_dir) / 'report.html'}", highlight=False)
     out.print(f"results: {Path(config.output_dir) / 'results.json'}", highlight=False)
     return EXIT_CELL_FAILED if issues else EXIT_OK
 
@@ -276,6 +415,32 @@ class RichProgress:
         self._progress.advance(self._task)
 
 
+def finalize_outputs(results, config, args, console) -> None:
+    """report.html, paper.md and the history entry: written from the saved results;
+    a failure here is reported but never touches results.json."""
+    if results is None:
+        return
+    from .html_report import write_html
+
+    out_dir = Path(config.output_dir)
+    try:
+        write_html(results, out_dir)
+        if args.command == "paper":
+            from .paper import write_paper
+
+            write_paper(results, out_dir)
+    except Exception as exc:  # a plotting bug must not cost the measured results
+        console.print(f"[yellow]warning:[/yellow] report not written: {type(exc).__name__}: {exc}")
+    if not args.no_history:
+        from .history import record_run
+
+        db = Path(args.history) if args.history else out_dir.resolve().parent / "history.sqlite"
+        try:
+            record_run(db, results, out_dir)
+        except Exception as exc:  # sqlite errors, a full disk: the run's own files are already safe
+            console.print(f"[yellow]warning:[/yellow] history not recorded in {db}: {exc}")
+
+
 def wide_console():
     """Tables stay readable when stdout is a file or a CI log (rich assumes 80 columns)."""
     from rich.console import Console
@@ -287,7 +452,6 @@ def wide_console():
 # ----------------------------------------------------------------------------- list / report
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from adapters import backend_names, get_backend
@@ -319,8 +483,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
+    from .html_report import write_html
     from .report import rich_table, write_tables
     from .results import RunResults
 
@@ -329,5 +493,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if run_dir.is_file():
         run_dir = run_dir.parent
     write_tables(results, run_dir)
+    write_html(results, run_dir)
+    if "dynamic_shapes" in results.experiments or "roofline_ceilings" in results.experiments:
+        from .paper import write_paper
+
+        write_paper(results, run_dir)
     wide_console().print(rich_table(results))
     return EXIT_OK

@@ -99,6 +99,16 @@ def fmt_numerics(cell: Cell) -> str:
     return fmt_err(cell.max_abs_err) + ("" if cell.numerics_ok else " FAIL")
 
 
+def fmt_status(cell: Cell) -> str:
+    notes = []
+    if cell.cache in ("hit", "miss"):
+        notes.append(f"cache {cell.cache}")
+    tuning = cell.info.get("tuning") if isinstance(cell.info, dict) else None
+    if tuning:
+        notes.append("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
+    return cell.status + (f" ({', '.join(notes)})" if notes else "")
+
+
 SUMMARY_COLUMNS = ["workload", "backend", "status", "compile s", "latency ms (median ± IQR/2)",
                    "speedup vs eager [95% CI]", "max abs err", "break-even calls"]
 
@@ -109,7 +119,7 @@ def summary_rows(results: RunResults) -> list[list[str]]:
         rows.append([
             cell.workload,
             cell.backend,
-            cell.status + (f" ({cell.cache})" if cell.cache and cell.cache != "cold" else ""),
+            fmt_status(cell),
             fmt_seconds(cell.compile_s) if cell.status == "ok" else "-",
             fmt_ms(cell.latency_ms),
             fmt_speedup(cell),

@@ -82,12 +82,17 @@ class Cell:
     eager_max_abs_err_fp64: float | None = None  # eager fp32's own error vs float64
     numerics_ok: bool | None = None
     numerics_error: str | None = None
+    numerics_draws: int | None = None  # input draws checked; errors are the worst over them
     tolerance: dict[str, float] | None = None
     break_even_calls: float | None = None  # null: never (or not applicable)
     break_even_note: str | None = None
     peak_rss_mb: float | None = None
     rss_baseline_mb: float | None = None
     peak_rss_delta_mb: float | None = None  # high-water mark above the baseline before compile
+    peak_rss_ratio_vs_eager: float | None = None  # peak_rss_delta_mb / eager's, same workload
+    amortization: list[dict[str, float]] | None = None  # n -> cumulative s, compiled vs eager
+    work: dict[str, Any] | None = None  # counted flops and minimum bytes of the workload
+    roofline: dict[str, Any] | None = None  # achieved GFLOP/s, GB/s, fraction of the bound
     threads: int | None = None
     cache: str | None = None  # "cold", "hit", "miss"
     backend_versions: dict[str, str] = field(default_factory=dict)
@@ -127,6 +132,7 @@ class RunResults:
     state: str = "running"  # "running", "complete", "interrupted"
     started: str = ""
     finished: str | None = None
+    experiments: dict[str, Any] = field(default_factory=dict)  # e.g. roofline ceilings, dynamic shapes
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +145,7 @@ class RunResults:
             "environment": self.environment,
             "config": self.config,
             "cells": [c.to_dict() for c in self.cells],
+            "experiments": _clean(self.experiments),
         }
 
     def upsert(self, cell: Cell) -> None:
@@ -180,6 +187,7 @@ class RunResults:
             state=data.get("state", "complete"),
             started=data.get("started", ""),
             finished=data.get("finished"),
+            experiments=data.get("experiments") or {},
         )
 
     @classmethod

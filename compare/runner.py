@@ -22,11 +22,16 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from . import environment
-from .results import Cell, RunResults, atomic_write_json
-from .worker import EVENT_PREFIX
+from .results import Cell, ResultsError, RunResults, atomic_write_json
+from .worker import EVENT_PREFIX, looks_out_of_memory
 
 
 STABLE_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+
+class OutputError(Exception):
+    """The run's files cannot be written (disk full, folder removed): the last saved
+    results.json is intact; the message says so in one line."""
 
 
 class RunInterrupted(Exception):
@@ -50,6 +55,8 @@ class RunConfig:
     timing: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     keep_work_dirs: bool = False
+    numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
+    roofline: bool = False  # measure the machine's ceilings and place every cell under them
     # glibc: serve large buffers from the heap and never trim it. Without this, every
     # call that allocates a multi-MB output gets fresh mmap pages and a page-fault
     # storm (eager LayerNorm measured 3-8x slower on a 2-core VM); ORT's own arena
@@ -99,6 +106,7 @@ class Runner:
         self.progress = progress or SilentProgress()
         self.output_dir = Path(config.output_dir)
         self._current: subprocess.Popen | None = None
+        self.last_results: RunResults | None = None  # what was saved last (for interrupt handling)
 
     # -- planning -------------------------------------------------------------
     def plan(self) -> list[tuple[str, str]]:
@@ -125,6 +133,8 @@ class Runner:
         (self.output_dir / "logs").mkdir(parents=True, exist_ok=True)
         workloads = {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
         availability = {b: get_backend(b).available(self.config.device) for b in self.config.backends}
+        if self.config.roofline:
+            self.measure_ceilings(results)
         plan = [cell for cell in self.plan() if results.cell(*cell) is None]
         done_before = len(self.plan()) - len(plan)
         try:
@@ -136,7 +146,7 @@ class Runner:
                     cell = Cell(workload=w, backend=b, status="unavailable", error=reason,
                                 size=self.config.size, device=self.config.device, threads=self.config.threads)
                 else:
-                    cell = self._run_cell(workload, b)
+                    cell = self._as_cell(self._run_cell(workload, b))
                 results.upsert(cell)
                 self.save(results)
                 if on_saved:
@@ -154,10 +164,18 @@ class Runner:
         return results
 
     def save(self, results: RunResults) -> None:
+        from .derived import fill_derived
         from .report import write_tables
 
-        atomic_write_json(self.output_dir / "results.json", results.to_dict())
-        write_tables(results, self.output_dir)
+        fill_derived(results)
+        self.last_results = results
+        try:
+            atomic_write_json(self.output_dir / "results.json", results.to_dict())
+            write_tables(results, self.output_dir)
+        except OSError as exc:
+            self._kill_current()
+            raise OutputError(f"cannot write to {self.output_dir} ({exc.strerror or exc}); "
+                              "the last saved results.json there is intact") from None
 
     def _kill_current(self) -> None:
         proc = self._current
@@ -168,16 +186,18 @@ class Runner:
                 pass
             proc.wait()
 
-    def _run_cell(self, workload, backend: str) -> Cell:
+    def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "") -> dict[str, Any]:
+        """One worker, start to finish; returns the cell's fields (never raises for
+        anything the worker does: crashes, hangs and bad results become a status)."""
         cfg = self.config
         size = cfg.size
         base = dict(workload=workload.name, backend=backend, size=size, device=cfg.device, threads=cfg.threads)
         try:
             workload_key = workload.key(size)
         except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-            return Cell(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
+            return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
         work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{workload.name}-{backend}-"))
-        log_rel = f"logs/{workload.name}.{backend}.log"
+        log_rel = f"logs/{workload.name}.{backend}{label}.log"
         log_path = self.output_dir / log_rel
         spec = {
             "workload": workload.name,
@@ -194,6 +214,8 @@ class Runner:
             "cache_root": str(Path(cfg.cache_root).resolve()),
             "work_dir": str(work_dir),
             "memory_limit_mb": cfg.memory_limit_mb,
+            "numerics_draws": cfg.numerics_draws,
+            **(extra or {}),
         }
         spec_path = work_dir / "spec.json"
         result_path = work_dir / "result.json"
@@ -227,12 +249,71 @@ class Runner:
             self._current = None
         wall_s = time.perf_counter() - start
         cell = self._collect(base, proc.returncode, timed_out, result_path, log_path, last_phase["name"])
-        cell.wall_s = wall_s
-        cell.log = log_rel
-        cell.workload_key = workload_key
+        cell.update(wall_s=wall_s, log=log_rel, workload_key=workload_key)
         if not cfg.keep_work_dirs:
             shutil.rmtree(work_dir, ignore_errors=True)
         return cell
+
+    @staticmethod
+    def _as_cell(data: dict[str, Any]) -> Cell:
+        try:
+            return Cell.from_dict(data)
+        except (ResultsError, TypeError) as exc:
+            keep = {k: data[k] for k in ("workload", "backend", "size", "device", "threads") if k in data}
+            return Cell(status="failed", error=f"worker returned an invalid result: {exc}", **keep)
+
+    # -- experiments beyond the cell table -------------------------------------------
+    def measure_ceilings(self, results: RunResults) -> None:
+        """The roofline's two ceilings, once per run, in a worker with the run's threads."""
+        if "roofline_ceilings" in results.experiments:
+            return
+        proc = subprocess.run([sys.executable, "-m", "compare.roofline", str(self.config.threads)],
+                              capture_output=True, text=True, env=worker_env(self.config), timeout=600)
+        if proc.returncode == 0:
+            results.experiments["roofline_ceilings"] = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            results.experiments["roofline_ceilings_error"] = _last_line(proc.stderr)
+        self.save(results)
+
+    def run_dynamic(self, results: RunResults, backends: list[str], distinct: int, calls: int,
+                    steady_calls: int = 15) -> None:
+        """Specialize vs symbolic for every (workload, backend), each strategy in its own worker."""
+        from adapters import get_backend
+        from workloads import resolve_workloads
+
+        from . import dynamic
+
+        section = results.experiments.setdefault("dynamic_shapes", {"records": []})
+        workloads = resolve_workloads(self.config.workloads, self.config.workload_files)
+        plan = [(w, b, s) for w in workloads for b in backends for s in dynamic.STRATEGIES]
+        section["protocol"] = {"distinct_sizes": distinct, "calls": calls, "steady_calls_per_size": steady_calls,
+                               "seed": self.config.seed, "threads": self.config.threads, "size": self.config.size}
+        try:
+            for index, (workload, backend, strategy) in enumerate(plan, start=1):
+                self.progress.cell_started(index, len(plan), workload.name, f"{backend} ({strategy})")
+                ok, reason = get_backend(backend).available(self.config.device)
+                base = {"workload": workload.name, "backend": backend, "strategy": strategy}
+                if not ok:
+                    record = dict(base, status="unavailable", error=reason)
+                else:
+                    shapes = dynamic.shape_plan(workload, self.config.size, distinct, calls, self.config.seed)
+                    section.setdefault("plans", {})[workload.name] = shapes
+                    record = self._run_cell(workload, backend, {
+                        "experiment": "dynamic", "strategy": strategy, "dynamic": shapes,
+                        "steady_calls": steady_calls, "count_work": False}, label=f".dynamic-{strategy}")
+                    record = {**base, **record}
+                section["records"] = [r for r in section["records"]
+                                      if (r["workload"], r["backend"], r["strategy"]) != (workload.name, backend, strategy)]
+                section["records"].append(record)
+                section["summary"] = dynamic.summarize(section["records"])
+                self.save(results)
+                self.progress.cell_finished(Cell(workload=workload.name, backend=f"{backend} ({strategy})",
+                                                 status=record["status"], error=record.get("error")))
+        except KeyboardInterrupt:
+            self._kill_current()
+            results.state = "interrupted"
+            self.save(results)
+            raise RunInterrupted() from None
 
     def _read_events(self, proc, log, workload: str, backend: str, last_phase: dict) -> None:
         for line in proc.stdout:
@@ -249,24 +330,27 @@ class Runner:
                 log.flush()
 
     def _collect(self, base: dict, returncode: int, timed_out: bool, result_path: Path, log_path: Path,
-                 last_phase: str) -> Cell:
+                 last_phase: str) -> dict[str, Any]:
         if timed_out:
-            return Cell(status="timeout", error=f"no result within {self.config.timeout_s:g} s (was in phase {last_phase!r})", **base)
+            return dict(base, status="timeout",
+                        error=f"no result within {self.config.timeout_s:g} s (was in phase {last_phase!r})")
         if result_path.exists():
             try:
                 data = json.loads(result_path.read_text())
                 data.pop("worker_s", None)
-                return Cell.from_dict({**base, **data})
-            except Exception as exc:
-                return Cell(status="failed", error=f"worker result unreadable: {exc}", **base)
+                return {**base, **data}
+            except (OSError, ValueError) as exc:
+                return dict(base, status="failed", error=f"worker result unreadable: {exc}")
         tail = _log_tail(log_path)
-        if _looks_out_of_memory(tail):
-            return Cell(status="out_of_memory", error=f"worker ran out of memory in phase {last_phase!r}: {_last_line(tail)}", **base)
+        if looks_out_of_memory(tail):
+            return dict(base, status="out_of_memory",
+                        error=f"worker ran out of memory in phase {last_phase!r}: {_last_line(tail)}")
         if returncode is not None and returncode < 0:
             sig = signal.Signals(-returncode).name
             hint = " (the kernel's OOM killer, or an external kill)" if sig == "SIGKILL" else ""
-            return Cell(status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}", **base)
-        return Cell(status="failed", error=f"worker exited with code {returncode} in phase {last_phase!r}: {_last_line(tail)}", **base)
+            return dict(base, status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}")
+        return dict(base, status="failed",
+                    error=f"worker exited with code {returncode} in phase {last_phase!r}: {_last_line(tail)}")
 
 
 def _log_tail(path: Path, chars: int = 4000) -> str:
@@ -283,8 +367,3 @@ def _log_tail(path: Path, chars: int = 4000) -> str:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else "(no output)"
-
-
-def _looks_out_of_memory(text: str) -> bool:
-    needles = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory", "OutOfMemoryError")
-    return any(n in text for n in needles)

@@ -26,6 +26,14 @@ def emit(**event: Any) -> None:
     sys.stdout.flush()
 
 
+OOM_MARKERS = ("can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "out of memory",
+               "OutOfMemoryError", "MemoryError", "failed to allocate")
+
+
+def looks_out_of_memory(text: str) -> bool:
+    return any(marker in text for marker in OOM_MARKERS)
+
+
 def one_line(exc: BaseException, limit: int = 400) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
@@ -76,18 +84,17 @@ def apply_memory_limit(limit_mb: int | None) -> None:
 
 # ----------------------------------------------------------------------------- the cell
 
-def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one cell; returns the fields of ``compare.results.Cell``."""
+def prepare_worker(spec: dict[str, Any]):
+    """Backend and context for this cell; the environment is set before torch loads."""
     from adapters import CompileContext, get_backend
 
     backend = get_backend(spec["backend"])
-    work_dir = Path(spec["work_dir"])
     ctx = CompileContext(
         workload_name=spec["workload"],
         workload_key=spec["workload_key"],
         device=spec["device"],
         threads=spec["threads"],
-        work_dir=work_dir,
+        work_dir=Path(spec["work_dir"]),
         cache=spec.get("cache", "cold"),
         cache_root=Path(spec["cache_root"]) if spec.get("cache_root") else None,
         options=spec.get("options", {}),
@@ -95,6 +102,21 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     )
     # Before torch is imported: cache folders and thread pools read the environment once.
     os.environ.update(backend.process_env(ctx))
+
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    torch.set_float32_matmul_precision("highest")
+    return backend, ctx
+
+
+def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one cell; returns the fields of ``compare.results.Cell``."""
+    backend, ctx = prepare_worker(spec)
+    if spec.get("experiment") == "dynamic":
+        from . import dynamic
+
+        return dynamic.measure(spec, ctx, backend, emit)
 
     import torch
 
@@ -112,8 +134,6 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     )
 
     threads = spec["threads"]
-    torch.set_num_threads(threads)
-    torch.set_float32_matmul_precision("highest")
     device = spec["device"]
     seed = spec.get("seed", 0)
 
@@ -156,20 +176,34 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     if device == "cuda":
         ctx.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
-    # Numerics: against eager fp32 and against a float64 eager reference.
+    # Numerics: against eager fp32 and a float64 eager reference, on several input
+    # draws (the first is the timing inputs); the worst case over draws is reported.
     emit(phase="numerics")
-    with torch.no_grad():
-        reference = [t.detach() for t in _flatten(reference_model(*inputs))]
-        model64 = copy.deepcopy(reference_model).double()
-        inputs64 = [t.double() if t.is_floating_point() else t for t in inputs]
-        reference64 = [t.detach() for t in _flatten(model64(*inputs64))]
-        del model64, inputs64
-    vs_eager = compare_outputs(outputs, reference)
-    vs_fp64 = compare_outputs(outputs, reference64)
-    eager_vs_fp64 = compare_outputs(reference, reference64)
+    model64 = copy.deepcopy(reference_model).double()
+    draws = max(1, int(spec.get("numerics_draws", 1)))
+    worst: dict[str, Any] = {}
+    for draw in range(draws):
+        if draw == 0:
+            draw_inputs, draw_outputs = inputs, outputs
+        else:
+            draw_inputs = make_inputs(specs, seed + 7919 * draw, device)
+            raw = compiled.run(compiled.prepare(draw_inputs))
+            compiled.synchronize()
+            draw_outputs = [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
+            del raw
+        with torch.no_grad():
+            reference = [t.detach() for t in _flatten(reference_model(*draw_inputs))]
+            inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
+            reference64 = [t.detach() for t in _flatten(model64(*inputs64))]
+        _merge_worst(worst, "vs_eager", compare_outputs(draw_outputs, reference))
+        _merge_worst(worst, "vs_fp64", compare_outputs(draw_outputs, reference64))
+        _merge_worst(worst, "eager_vs_fp64", compare_outputs(reference, reference64))
+    del model64
+    vs_eager, vs_fp64, eager_vs_fp64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
     result.update(
         numerics_ok=vs_eager["ok"],
         numerics_error=vs_eager.get("error"),
+        numerics_draws=draws,
         max_abs_err=vs_eager.get("max_abs"),
         max_rel_err=vs_eager.get("max_rel"),
         tolerance=vs_eager.get("tolerance"),
@@ -177,6 +211,10 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         max_rel_err_fp64=vs_fp64.get("max_rel"),
         eager_max_abs_err_fp64=eager_vs_fp64.get("max_abs"),
     )
+    if spec.get("count_work", True):
+        from .roofline import count_work
+
+        result["work"] = count_work(reference_model, inputs, reference)
 
     # Timing: eager reference and candidate alternately, in this same process.
     emit(phase="timing")
@@ -205,13 +243,30 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     result["noisy"] = any(s.rel_iqr > NOISY_REL_IQR for s in [stats, result["eager_latency"]])
     # "cold" means built from nothing by construction; a warm cell reports what the
     # backend itself said (ctx.info["cache_evidence"] holds the raw evidence).
-    if ctx.cache == "cold":
+    if not backend.compiles:
+        result["cache"] = None
+    elif ctx.cache == "cold":
         result["cache"] = "cold"
     else:
         result["cache"] = ctx.info.get("cache_result", "miss")
     result["info"] = ctx.info
     result["status"] = "ok"
     return result
+
+
+def _merge_worst(worst: dict[str, Any], key: str, check: dict[str, Any]) -> None:
+    """Keep the largest errors over draws; ok only if every draw was ok."""
+    if key not in worst:
+        worst[key] = dict(check)
+        return
+    acc = worst[key]
+    for field in ("max_abs", "max_rel"):
+        if check.get(field) is not None:
+            acc[field] = max(acc.get(field) or 0.0, check[field])
+    if not check.get("ok", False):
+        if acc.get("ok", False):
+            acc["error"] = check.get("error")
+        acc["ok"] = False
 
 
 def _flatten(outputs: Any) -> list[Any]:
@@ -245,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {"status": "out_of_memory", "error": f"MemoryError in worker: {exc}".strip()}
     except Exception as exc:  # any backend error costs only this cell
         traceback.print_exc()
-        result = {"status": "failed", "error": one_line(exc)}
+        status = "out_of_memory" if looks_out_of_memory(str(exc)) else "failed"
+        result = {"status": status, "error": one_line(exc)}
     result["worker_s"] = time.perf_counter() - start
     atomic_write_json(result_path, _to_jsonable(result))
     sys.stdout.flush()

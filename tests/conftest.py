@@ -27,3 +27,14 @@ def load_results(run_dir):
 @pytest.fixture
 def fixtures_dir():
     return FIXTURES
+
+
+def pytest_terminal_summary(terminalreporter):
+    from faults import INJECTED, LOST
+
+    if not INJECTED:
+        return
+    terminalreporter.section("fault injection")
+    terminalreporter.write_line(f"{'fault':<48} {'injected':>8} {'results lost':>12}")
+    for kind in sorted(INJECTED):
+        terminalreporter.write_line(f"{kind:<48} {INJECTED[kind]:>8} {LOST[kind]:>12}")

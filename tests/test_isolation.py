@@ -1,5 +1,4 @@
 """A crash, a kill or a hang costs only its own cell."""
-import json
 
 from conftest import FIXTURES, load_results, run_cli
 

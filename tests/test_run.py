@@ -1,6 +1,5 @@
 """End to end with real compilers at the small size."""
 import csv
-import json
 
 import pytest
 

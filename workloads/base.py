@@ -110,6 +110,9 @@ class Workload:
                 )
             if spec.dtype not in DTYPES:
                 raise WorkloadError(f"{where}: input {spec.name!r} dtype {spec.dtype!r} not one of {DTYPES}")
+            if not _valid_init(spec.init):
+                raise WorkloadError(
+                    f"{where}: input {spec.name!r} init {spec.init!r} is not 'randn', 'rand' or 'randint:<high>'")
             for dim in spec.dynamic_dims:
                 if not (0 <= int(dim) < len(spec.shape)):
                     raise WorkloadError(f"{where}: input {spec.name!r} dynamic dim {dim} out of range")
@@ -138,6 +141,15 @@ class Workload:
 
     def with_source(self, source: str) -> "Workload":
         return dataclasses.replace(self, source=source)
+
+
+def _valid_init(init: Any) -> bool:
+    if init in ("randn", "rand"):
+        return True
+    if isinstance(init, str) and init.startswith("randint:"):
+        high = init.split(":", 1)[1]
+        return high.isdigit() and int(high) > 0
+    return False
 
 
 def _jsonable(value: Any) -> Any:
