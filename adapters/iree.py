@@ -49,7 +49,9 @@ class IreeBackend(Backend):
     description = "IREE (MLIR): iree-turbine export, llvm-cpu codegen for the host CPU"
     packages = ("iree-base-compiler", "iree-base-runtime", "iree-turbine")
     install_hint = "pip install -e '.[iree]'"
-    devices = ("cpu",)
+    devices = ("cpu", "cuda")
+    # IREE 3.13 fails to compile for sm_90 (a known upstream bug): fall back through these.
+    CUDA_FALLBACKS = ("sm_90", "sm_89", "sm_86", "sm_80")
 
     def required_modules(self) -> tuple[str, ...]:
         return ("iree.compiler", "iree.runtime", "iree.turbine")
@@ -82,11 +84,30 @@ class IreeBackend(Backend):
         self._export_and_compile(module, example_inputs, ctx, vmfb, export_dynamic_shapes(dynamic_dims))
         return DelegatingSession(self, self._load(vmfb, ctx))
 
+    @staticmethod
+    def _compile_cuda(exported, ctx: CompileContext, out: Path) -> None:
+        errors = []
+        for arch in _cuda_archs(ctx):
+            try:
+                exported.session.set_flags(f"--iree-cuda-target={arch}")
+                exported.compile(save_to=str(out), target_backends="cuda")
+            except Exception as exc:  # the compiler's own error; try the next arch
+                errors.append(f"{arch}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                continue
+            ctx.info["cuda_arch"] = arch
+            if errors:
+                ctx.info["cuda_arch_fallback"] = "; ".join(errors)
+            return
+        raise RuntimeError("IREE could not compile for any CUDA arch: " + "; ".join(errors))
+
     def _load(self, vmfb: Path, ctx: CompileContext) -> "IreeCompiled":
         import iree.runtime as rt
 
         with ctx.phase("load"):
-            driver = "local-sync" if ctx.threads == 1 else "local-task"
+            if ctx.device == "cuda":
+                driver = "cuda"
+            else:
+                driver = "local-sync" if ctx.threads == 1 else "local-task"
             if driver == "local-task":
                 # One worker per thread of the run, like every other backend.
                 rt.flags.parse_flags(f"--task_topology_max_group_count={ctx.threads}")
@@ -99,14 +120,29 @@ class IreeBackend(Backend):
         ctx.info["driver"] = driver
         return IreeCompiled(function, config.device, (context, vm_module, config))
 
-    @staticmethod
-    def _export_and_compile(module, example_inputs, ctx: CompileContext, vmfb: Path, dynamic_shapes=None) -> None:
+    @classmethod
+    def _export_and_compile(cls, module, example_inputs, ctx: CompileContext, vmfb: Path, dynamic_shapes=None) -> None:
         from iree.turbine import aot
 
         with ctx.phase("export"):
             exported = aot.export(module, args=tuple(example_inputs), dynamic_shapes=dynamic_shapes)
         with ctx.phase("compile"):
-            exported.session.set_flags("--iree-llvmcpu-target-cpu=host")
             tmp = vmfb.with_name(f".{vmfb.name}.{os.getpid()}.tmp")
-            exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
+            if ctx.device == "cuda":
+                cls._compile_cuda(exported, ctx, tmp)
+            else:
+                exported.session.set_flags("--iree-llvmcpu-target-cpu=host")
+                exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
             os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one
+
+
+def _cuda_archs(ctx: CompileContext) -> list[str]:
+    """The GPU's own arch first (or ``--cuda-arch``), then older ones that compile."""
+    wanted = ctx.options.get("cuda_arch")
+    if not wanted:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        wanted = f"sm_{major}{minor}"
+    fallbacks = [a for a in IreeBackend.CUDA_FALLBACKS if int(a[3:]) < int(wanted[3:])]
+    return [wanted] + fallbacks

@@ -36,15 +36,58 @@ class OrtCompiled(Compiled):
         return [torch.from_numpy(o) for o in outputs]
 
 
+class OrtCudaCompiled(OrtCompiled):
+    """CUDA EP with IO binding: inputs and outputs stay on the GPU, no copy is timed."""
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        import onnxruntime as ort
+
+        binding = self._session.io_binding()
+        self._keep = []
+        for name, t in zip(self._input_names, inputs):
+            value = ort.OrtValue.ortvalue_from_numpy(t.detach().cpu().numpy(), "cuda", 0)
+            self._keep.append(value)
+            binding.bind_ortvalue_input(name, value)
+        for out in self._session.get_outputs():
+            binding.bind_output(out.name, "cuda")
+        return binding
+
+    def run(self, prepared: Any) -> Any:
+        self._session.run_with_iobinding(prepared)
+        return prepared
+
+    def synchronize(self) -> None:
+        pass  # run_with_iobinding returns after the outputs are ready
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        import torch
+
+        return [torch.from_numpy(o) for o in outputs.copy_outputs_to_cpu()]
+
+
 class OrtBackend(Backend):
     name = "ort"
     description = "ONNX Runtime (dynamo ONNX export, CPU execution provider)"
     packages = ("onnxruntime", "onnx", "onnxscript")
     install_hint = "pip install -e '.[ort]'"
-    devices = ("cpu",)
+    devices = ("cpu", "cuda")
 
     def required_modules(self) -> tuple[str, ...]:
         return ("onnxruntime", "onnx", "onnxscript")
+
+    def available(self, device: str = "cpu") -> tuple[bool, str]:
+        ok, reason = super().available(device)
+        if ok and device == "cuda":
+            import onnxruntime as ort
+
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                return False, ("this onnxruntime has no CUDAExecutionProvider "
+                               f"(has: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu")
+        return ok, reason
+
+    @staticmethod
+    def providers(ctx: CompileContext) -> list[str]:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"] if ctx.device == "cuda" else ["CPUExecutionProvider"]
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         import onnxruntime as ort
@@ -69,19 +112,22 @@ class OrtBackend(Backend):
                 if warm:
                     options.optimized_model_filepath = str(optimized)
             with ctx.phase("session"):
-                session = ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(str(model_path), sess_options=options, providers=self.providers(ctx))
             if warm and not hit:
                 artifacts.write_meta(folder, [OPTIMIZED], expected)
         ctx.info["cache_result"] = "hit" if hit else "miss"
         if warm:
             ctx.info["cache_evidence"] = artifacts.evidence(folder, hit)
+        # The providers the session actually kept: a CUDA request that fell back to CPU shows here.
         ctx.info["providers"] = session.get_providers()
+        if ctx.device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
+            ctx.info["provider_fallback"] = "CUDAExecutionProvider was requested but not used; ran on CPU"
         input_names = [i.name for i in session.get_inputs()]
         if len(input_names) != len(example_inputs):
             raise RuntimeError(
                 f"exported ONNX graph has {len(input_names)} inputs, the workload has {len(example_inputs)}"
             )
-        return OrtCompiled(session, input_names)
+        return (OrtCudaCompiled if ctx.device == "cuda" else OrtCompiled)(session, input_names)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":
@@ -92,7 +138,7 @@ class OrtBackend(Backend):
         self._export(module, example_inputs, ctx, model_path, export_dynamic_shapes(dynamic_dims))
         with ctx.phase("session"):
             session = ort.InferenceSession(str(model_path), sess_options=self._session_options(ort, ctx),
-                                           providers=["CPUExecutionProvider"])
+                                           providers=self.providers(ctx))
         return DelegatingSession(self, OrtCompiled(session, [i.name for i in session.get_inputs()]))
 
     @staticmethod

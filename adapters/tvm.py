@@ -26,9 +26,14 @@ DEFAULT_TRIALS = 64
 
 
 class TvmCompiled(Compiled):
-    def __init__(self, vm, device):
+    def __init__(self, vm, device, is_gpu: bool = False):
         self._main = vm["main"]
         self._device = device
+        self._is_gpu = is_gpu
+
+    def synchronize(self) -> None:
+        if self._is_gpu:
+            self._device.sync()
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         import tvm
@@ -52,7 +57,7 @@ class TvmCompiled(Compiled):
 class _TvmBase(Backend):
     packages = ("apache-tvm", "apache-tvm-ffi")
     install_hint = "pip install -e '.[tvm]'"
-    devices = ("cpu",)
+    devices = ("cpu", "cuda")
 
     def required_modules(self) -> tuple[str, ...]:
         return ("tvm", "tvm_ffi")
@@ -94,14 +99,37 @@ class _TvmBase(Backend):
         return mod
 
     @staticmethod
+    def cuda_target(ctx: CompileContext):
+        """CUDA target for the GPU's compute capability (``--cuda-arch`` overrides, which
+        also lets CUDA code be generated on a machine without a GPU)."""
+        from tvm.target import Target
+
+        arch = ctx.options.get("cuda_arch")
+        if not arch:
+            import torch
+
+            major, minor = torch.cuda.get_device_capability()
+            arch = f"sm_{major}{minor}"
+        return Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"}), arch
+
+    @staticmethod
+    def gpu_default_schedules(mod, target):
+        """dlight's default GPU schedules: what an untuned CUDA build needs to bind threads."""
+        from tvm.s_tir import dlight as dl
+
+        with target:
+            return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+
+    @staticmethod
     def load(executable, ctx: CompileContext) -> TvmCompiled:
         import tvm
         from tvm import relax
 
         with ctx.phase("load"):
-            device = tvm.cpu(0)
+            device = tvm.cuda(0) if ctx.device == "cuda" else tvm.cpu(0)
             vm = relax.VirtualMachine(executable, device)
-        return TvmCompiled(vm, device)
+        return TvmCompiled(vm, device, is_gpu=ctx.device == "cuda")
 
 
 class TvmUntunedBackend(_TvmBase):
@@ -110,14 +138,25 @@ class TvmUntunedBackend(_TvmBase):
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext,
                 dynamic_shapes=None) -> Compiled:
+        return self.load(self.build(module, example_inputs, ctx, dynamic_shapes), ctx)
+
+    def build(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext, dynamic_shapes=None):
+        """Export, import and build (no device needed: CUDA code can be generated anywhere)."""
         import tvm
+        from tvm import relax
 
         mod = self.import_relax(module, example_inputs, ctx, dynamic_shapes)
-        target, mcpu = self.host_target(ctx.threads)
-        ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
         with ctx.phase("build"):
-            executable = tvm.compile(mod, target=target)
-        return self.load(executable, ctx)
+            if ctx.device == "cuda":
+                target, arch = self.cuda_target(ctx)
+                ctx.info["target"] = {"kind": "cuda", "arch": arch}
+                with target:
+                    mod = relax.pipeline.zero_pipeline()(mod)
+                mod = self.gpu_default_schedules(mod, target)
+            else:
+                target, mcpu = self.host_target(ctx.threads)
+                ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
+            return tvm.compile(mod, target=target)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":
@@ -147,22 +186,28 @@ class TvmBackend(_TvmBase):
         retune = bool(ctx.options.get("retune", False))
 
         mod = self.import_relax(module, example_inputs, ctx)
-        target, mcpu = self.host_target(ctx.threads)
-        tkey = target_key("cpu", ctx.threads, {"tvm": tvm.__version__}, cpu=f"llvm-{mcpu}")
+        gpu = ctx.device == "cuda"
+        if gpu:
+            target, arch = self.cuda_target(ctx)
+            target_info = {"kind": "cuda", "arch": arch, "tvm": tvm.__version__}
+            tkey = target_key("cuda", ctx.threads, {"tvm": tvm.__version__}, cpu=f"cuda-{arch}")
+        else:
+            target, mcpu = self.host_target(ctx.threads)
+            target_info = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads, "tvm": tvm.__version__}
+            tkey = target_key("cpu", ctx.threads, {"tvm": tvm.__version__}, cpu=f"llvm-{mcpu}")
         with ctx.phase("build"):
             with target:
-                mod = tvm.transform.Sequential([
-                    relax.transform.DecomposeOpsForInference(),
-                    relax.transform.CanonicalizeBindings(),
-                    relax.pipeline.zero_pipeline(),
-                    relax.transform.AttachAttrLayoutFreeBuffers(),  # CPU weight prepacking
-                ])(mod)
+                passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
+                          relax.pipeline.zero_pipeline()]
+                if not gpu:
+                    passes.append(relax.transform.AttachAttrLayoutFreeBuffers())  # CPU weight prepacking
+                mod = tvm.transform.Sequential(passes)(mod)
             tasks = ms.relax_integration.extract_tasks(mod, target)
         module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
         log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
         store = TuningLogStore(log_dir, tkey, f"{ctx.workload_key}-{module_hash}")
         info: dict[str, Any] = {
-            "target": {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads, "tvm": tvm.__version__},
+            "target": target_info,
             "target_key": tkey,
             "log_dir": str(log_dir),
             "tasks": len(tasks),
@@ -218,12 +263,15 @@ class TvmBackend(_TvmBase):
             if database is not None:
                 with target, database:
                     mod = relax.transform.MetaScheduleApplyDatabase()(mod)
-            with target:
-                mod = tvm.transform.Sequential([
-                    relax.transform.SplitLayoutRewritePreproc(),
-                    relax.transform.LiftTransformParams(),
-                    relax.transform.FoldConstant(),
-                ])(mod)
+            if gpu:
+                mod = self.gpu_default_schedules(mod, target)  # any task without a record
+            else:
+                with target:
+                    mod = tvm.transform.Sequential([
+                        relax.transform.SplitLayoutRewritePreproc(),
+                        relax.transform.LiftTransformParams(),
+                        relax.transform.FoldConstant(),
+                    ])(mod)
             executable = tvm.compile(mod, target=target)
         ctx.info["tuning"] = info
         # "hit" here means: the tuning records were reused, no search ran.

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
+import re
+import sqlite3
 import datetime as _dt
 import signal
 import sys
@@ -69,6 +72,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                      help="Python file defining extra workloads (run as code); repeatable")
     parser.add_argument("--size", choices=SIZES, default="default")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--cuda-arch", default=None, metavar="sm_XY",
+                        help="CUDA arch for TVM/IREE code generation (default: the GPU's compute capability)")
     parser.add_argument("--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)")
     parser.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds per cell before it is killed")
     parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
@@ -92,6 +97,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--system-malloc", action="store_true",
                      help="leave glibc's malloc defaults (default: heap-only, no trim, for stable timings)")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="local: cells one after another here; ray: one Ray task per cell")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="Ray cluster to join (default: start a local Ray instance)")
+    parser.add_argument("--ray-share-cores", action="store_true",
+                        help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
     parser.add_argument("--history", default=None, metavar="DB",
                         help="SQLite run history (default: history.sqlite beside the output folder)")
     parser.add_argument("--no-history", action="store_true", help="do not record this run in the history")
@@ -186,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return history.run(args, wide_console())
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
+            except sqlite3.DatabaseError as exc:
+                raise UsageError(f"{args.db}: not a readable history database ({exc})") from None
         if args.command == "tuning-logs":
             from . import tuning_logs
 
@@ -244,9 +257,14 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
             raise UsageError(f"unknown backend {b!r} (known: {', '.join(known)})")
     if len(set(backends)) != len(backends):
         raise UsageError("a backend is listed twice in --backends")
-    workloads = resolve_workloads(args.workloads, args.workload_file)  # WorkloadError on bad names/files
+    names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
+    workloads = resolve_workloads(names, args.workload_file)  # WorkloadError on bad names/files
     for w in workloads:
         w.input_specs(args.size)  # validate shapes now: a bad size is a usage error, not a failed cell
+    if args.cuda_arch and not re.fullmatch(r"sm_\d{2,3}a?", args.cuda_arch):
+        raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
     threads = args.threads or available_cores()
     if output_dir is not None:
         _check_output_dir(output_dir)
@@ -269,10 +287,13 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         workload_files=[str(Path(f).resolve()) for f in args.workload_file],
         seed=args.seed,
         timing={"budget_s": args.time_budget, "min_samples": args.min_samples},
-        options={"inductor_mode": args.inductor_mode, "tvm_trials": args.tvm_trials,
+        options={"inductor_mode": args.inductor_mode, "tvm_trials": args.tvm_trials, "cuda_arch": args.cuda_arch,
                  "tvm_trials_per_task": args.tvm_trials_per_task, "retune": args.retune, "seed": args.seed},
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        ray_share_cores=args.ray_share_cores,
         roofline=getattr(args, "roofline", False) or args.command == "paper",
         malloc_env={} if args.system_malloc else dict(STABLE_MALLOC_ENV),
     )
@@ -280,6 +301,9 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
 
 RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
                   "--threads": "threads", "--seed": "seed", "--cache": "cache"}
+# Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
+RESUME_OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
+                      "--min-samples": "timing", "--keep-work-dirs": "keep_work_dirs"}
 
 
 def resume_state(args: argparse.Namespace):
@@ -300,6 +324,9 @@ def resume_state(args: argparse.Namespace):
         if flag in args.explicit and getattr(requested, attr) != getattr(config, attr):
             raise UsageError(f"cannot resume {args.resume}: {flag} was {getattr(config, attr)} in that run, "
                              f"now {getattr(requested, attr)}; start a new run instead")
+    for flag, attr in RESUME_OVERRIDABLE.items():
+        if flag in args.explicit:
+            setattr(config, attr, getattr(requested, attr))
     now = environment.capture(config.threads, config.device)
     then = stored.environment
     for key in ("cpu_model", "cores"):

@@ -38,13 +38,9 @@ def available_cores() -> int:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from adapters.base import host_cpu_name
+
+    return host_cpu_name()
 
 
 def cpu_flags() -> list[str]:

@@ -87,7 +87,7 @@ def plot_compile_phases(results: RunResults) -> str | None:
     ax.invert_yaxis()
     ax.set_xscale("symlog", linthresh=0.1)
     ax.set_xlabel("compile seconds, stacked by phase (symlog)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Compile time by phase")
     return _figure_to_data_uri(fig)
 
@@ -246,13 +246,9 @@ def render_html(results: RunResults) -> str:
         uri = plot(results)
         if uri:
             parts += [f"<h2>{esc(title)}</h2>", f"<img alt='{esc(title)}' src='{uri}'>"]
-    issues = problems(results)
+    issues = problems(results)  # failed, timed out, out of memory, unavailable, numerics off
     parts.append("<h2>Failed and unavailable cells</h2>")
-    if issues:
-        parts.append("<ul>" + "".join(f"<li class='bad'>{esc(p)}</li>" for p in issues) + "</ul>")
-    unavailable = [c for c in results.cells if c.status == "unavailable"]
-    if not issues and not unavailable:
-        parts.append("<p>none</p>")
+    parts.append("<ul>" + "".join(f"<li class='bad'>{esc(p)}</li>" for p in issues) + "</ul>" if issues else "<p>none</p>")
     parts += ["<h2>Environment</h2>", f"<pre>{esc(json.dumps(results.environment, indent=2))}</pre>",
               "<h2>Configuration</h2>", f"<pre>{esc(json.dumps(results.config, indent=2))}</pre>",
               "</body></html>"]

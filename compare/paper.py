@@ -128,7 +128,8 @@ def paper_markdown(results: RunResults) -> str:
                                                         if "specialize_transition_s" in r else r.get("specialize_status")),
                 "symbolic: transition s (compiles)": (f"{r['symbolic_transition_s']:.3g} ({r.get('symbolic_compiles')})"
                                                       if "symbolic_transition_s" in r else r.get("symbolic_status")),
-                "transition cost reduction": _pct(r.get("transition_reduction")),
+                "transition cost reduction": ("-" if r.get("transition_reduction") is None
+                                              else f"{r['transition_reduction'] * 100:.1f}%"),
                 "steady-state slowdown (mean, range)": (_pct(r.get("steady_slowdown")) + (
                     f" ({_pct(r['steady_slowdown_range'][0])} to {_pct(r['steady_slowdown_range'][1])})"
                     if r.get("steady_slowdown_range") else "")),

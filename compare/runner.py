@@ -57,6 +57,9 @@ class RunConfig:
     keep_work_dirs: bool = False
     numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
     roofline: bool = False  # measure the machine's ceilings and place every cell under them
+    executor: str = "local"  # "local": one worker at a time here; "ray": one Ray task per cell
+    ray_address: str | None = None
+    ray_share_cores: bool = False
     # glibc: serve large buffers from the heap and never trim it. Without this, every
     # call that allocates a multi-MB output gets fresh mmap pages and a page-fault
     # storm (eager LayerNorm measured 3-8x slower on a 2-core VM); ORT's own arena
@@ -137,11 +140,15 @@ class Runner:
             self.measure_ceilings(results)
         plan = [cell for cell in self.plan() if results.cell(*cell) is None]
         done_before = len(self.plan()) - len(plan)
+        remote: list[tuple[Any, str]] = []  # cells for the Ray executor
         try:
             for index, (w, b) in enumerate(plan, start=done_before + 1):
-                self.progress.cell_started(index, len(self.plan()), w, b)
                 workload = workloads[w]
                 ok, reason = availability[b]
+                if ok and self.config.executor == "ray":
+                    remote.append((workload, b))
+                    continue
+                self.progress.cell_started(index, len(self.plan()), w, b)
                 if not ok:
                     cell = Cell(workload=w, backend=b, status="unavailable", error=reason,
                                 size=self.config.size, device=self.config.device, threads=self.config.threads)
@@ -152,6 +159,10 @@ class Runner:
                 if on_saved:
                     on_saved(results)
                 self.progress.cell_finished(cell)
+            if remote:
+                from .ray_executor import run_cells
+
+                run_cells(self, results, remote, self.config.ray_address, self.config.ray_share_cores)
         except (KeyboardInterrupt, RunInterrupted):
             self._kill_current()
             results.state = "interrupted"
@@ -178,32 +189,17 @@ class Runner:
                               "the last saved results.json there is intact") from None
 
     def _kill_current(self) -> None:
-        proc = self._current
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        if self._current is not None:
+            kill_group(self._current)
 
-    def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "") -> dict[str, Any]:
-        """One worker, start to finish; returns the cell's fields (never raises for
-        anything the worker does: crashes, hangs and bad results become a status)."""
+    def cell_spec(self, workload, backend: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Everything a worker needs to measure one cell (plain JSON: it may travel to another node)."""
         cfg = self.config
-        size = cfg.size
-        base = dict(workload=workload.name, backend=backend, size=size, device=cfg.device, threads=cfg.threads)
-        try:
-            workload_key = workload.key(size)
-        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-            return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
-        work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{workload.name}-{backend}-"))
-        log_rel = f"logs/{workload.name}.{backend}{label}.log"
-        log_path = self.output_dir / log_rel
-        spec = {
+        return {
             "workload": workload.name,
             "workload_files": [str(Path(f).resolve()) for f in cfg.workload_files],
-            "workload_key": workload_key,
-            "size": size,
+            "workload_key": workload.key(cfg.size),
+            "size": cfg.size,
             "backend": backend,
             "device": cfg.device,
             "threads": cfg.threads,
@@ -212,47 +208,30 @@ class Runner:
             "options": cfg.options,
             "cache": cfg.cache,
             "cache_root": str(Path(cfg.cache_root).resolve()),
-            "work_dir": str(work_dir),
             "memory_limit_mb": cfg.memory_limit_mb,
             "numerics_draws": cfg.numerics_draws,
             **(extra or {}),
         }
-        spec_path = work_dir / "spec.json"
-        result_path = work_dir / "result.json"
-        spec_path.write_text(json.dumps(spec, indent=2))
-        last_phase = {"name": "start"}
-        start = time.perf_counter()
-        with open(log_path, "a") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "compare.worker", str(spec_path), str(result_path)],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                cwd=work_dir,
-                env=worker_env(cfg),
-                start_new_session=True,  # its own process group: killed as one, deaf to our Ctrl-C
-                text=True,
-                bufsize=1,
-            )
+
+    def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "") -> dict[str, Any]:
+        """One worker, start to finish; returns the cell's fields (never raises for
+        anything the worker does: crashes, hangs and bad results become a status)."""
+        cfg = self.config
+        base = dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads)
+        try:
+            spec = self.cell_spec(workload, backend, extra)
+        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
+            return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
+        log_rel = f"logs/{workload.name}.{backend}{label}.log"
+
+        def on_start(proc):
             self._current = proc
-            reader = threading.Thread(
-                target=self._read_events, args=(proc, log, workload.name, backend, last_phase), daemon=True
-            )
-            reader.start()
-            timed_out = False
-            try:
-                proc.wait(timeout=cfg.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                self._kill_current()
-            reader.join(timeout=5)
-            self._current = None
-        wall_s = time.perf_counter() - start
-        cell = self._collect(base, proc.returncode, timed_out, result_path, log_path, last_phase["name"])
-        cell.update(wall_s=wall_s, log=log_rel, workload_key=workload_key)
-        if not cfg.keep_work_dirs:
-            shutil.rmtree(work_dir, ignore_errors=True)
-        return cell
+
+        cell = execute_worker(spec, self.output_dir / log_rel, cfg.timeout_s, worker_env(cfg),
+                              on_phase=lambda phase: self.progress.phase(workload.name, backend, phase),
+                              on_start=on_start, keep_work_dir=cfg.keep_work_dirs)
+        self._current = None
+        return {**base, **cell, "log": log_rel}
 
     @staticmethod
     def _as_cell(data: dict[str, Any]) -> Cell:
@@ -315,42 +294,88 @@ class Runner:
             self.save(results)
             raise RunInterrupted() from None
 
-    def _read_events(self, proc, log, workload: str, backend: str, last_phase: dict) -> None:
-        for line in proc.stdout:
-            if line.startswith(EVENT_PREFIX):
-                try:
-                    event = json.loads(line[len(EVENT_PREFIX):])
-                except json.JSONDecodeError:
-                    continue
-                if "phase" in event:
-                    last_phase["name"] = event["phase"]
-                    self.progress.phase(workload, backend, event["phase"])
-            else:
-                log.write(line)
-                log.flush()
+def execute_worker(spec: dict[str, Any], log_path: Path, timeout_s: float, env: dict[str, str],
+                   on_phase=None, on_start=None, keep_work_dir: bool = False) -> dict[str, Any]:
+    """Run ``python -m compare.worker`` for one spec in its own process group, with a
+    timeout; returns the worker's result or a status saying how it ended. Used by the
+    local runner and, unchanged, inside a Ray task on another node."""
+    work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{spec['workload']}-{spec['backend']}-"))
+    spec = dict(spec, work_dir=str(work_dir))
+    spec_path = work_dir / "spec.json"
+    result_path = work_dir / "result.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    last_phase = {"name": "start"}
+    start = time.perf_counter()
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "compare.worker", str(spec_path), str(result_path)],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, cwd=work_dir, env=env,
+            start_new_session=True,  # its own process group: killed as one, deaf to our Ctrl-C
+            text=True, bufsize=1,
+        )
+        if on_start:
+            on_start(proc)
+        reader = threading.Thread(target=_read_events, args=(proc, log, last_phase, on_phase), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc)
+        reader.join(timeout=5)
+    cell = _collect(proc.returncode, timed_out, timeout_s, result_path, log_path, last_phase["name"])
+    cell.update(wall_s=time.perf_counter() - start, workload_key=spec["workload_key"])
+    if not keep_work_dir:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return cell
 
-    def _collect(self, base: dict, returncode: int, timed_out: bool, result_path: Path, log_path: Path,
-                 last_phase: str) -> dict[str, Any]:
-        if timed_out:
-            return dict(base, status="timeout",
-                        error=f"no result within {self.config.timeout_s:g} s (was in phase {last_phase!r})")
-        if result_path.exists():
+
+def kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _read_events(proc, log, last_phase: dict, on_phase) -> None:
+    for line in proc.stdout:
+        if line.startswith(EVENT_PREFIX):
             try:
-                data = json.loads(result_path.read_text())
-                data.pop("worker_s", None)
-                return {**base, **data}
-            except (OSError, ValueError) as exc:
-                return dict(base, status="failed", error=f"worker result unreadable: {exc}")
-        tail = _log_tail(log_path)
-        if looks_out_of_memory(tail):
-            return dict(base, status="out_of_memory",
-                        error=f"worker ran out of memory in phase {last_phase!r}: {_last_line(tail)}")
-        if returncode is not None and returncode < 0:
-            sig = signal.Signals(-returncode).name
-            hint = " (the kernel's OOM killer, or an external kill)" if sig == "SIGKILL" else ""
-            return dict(base, status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}")
-        return dict(base, status="failed",
-                    error=f"worker exited with code {returncode} in phase {last_phase!r}: {_last_line(tail)}")
+                event = json.loads(line[len(EVENT_PREFIX):])
+            except json.JSONDecodeError:
+                continue
+            if "phase" in event:
+                last_phase["name"] = event["phase"]
+                if on_phase:
+                    on_phase(event["phase"])
+        else:
+            log.write(line)
+            log.flush()
+
+
+def _collect(returncode: int, timed_out: bool, timeout_s: float, result_path: Path, log_path: Path,
+             last_phase: str) -> dict[str, Any]:
+    if timed_out:
+        return dict(status="timeout", error=f"no result within {timeout_s:g} s (was in phase {last_phase!r})")
+    if result_path.exists():
+        try:
+            data = json.loads(result_path.read_text())
+            data.pop("worker_s", None)
+            return data
+        except (OSError, ValueError) as exc:
+            return dict(status="failed", error=f"worker result unreadable: {exc}")
+    tail = _log_tail(log_path)
+    if looks_out_of_memory(tail):
+        return dict(status="out_of_memory", error=f"worker ran out of memory in phase {last_phase!r}: {_last_line(tail)}")
+    if returncode is not None and returncode < 0:
+        sig = signal.Signals(-returncode).name
+        hint = " (the kernel's OOM killer, or an external kill)" if sig == "SIGKILL" else ""
+        return dict(status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}")
+    return dict(status="failed", error=f"worker exited with code {returncode} in phase {last_phase!r}: {_last_line(tail)}")
 
 
 def _log_tail(path: Path, chars: int = 4000) -> str:

@@ -56,7 +56,7 @@ def _no_temp_files(folder: Path) -> bool:
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_keeps_every_finished_cell(tmp_path, sig, code):
     out = tmp_path / "run"
-    proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,fine2,hangs,fine",
+    proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,fine2,hangs,makes_nan",
                   "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3",
                   "--output-dir", out, "--quiet")
     before = _wait_for_cells(out, 2)  # fine and fine2 done; the hang is running

@@ -1,0 +1,77 @@
+"""CUDA: code generation is checked on every machine; running needs a GPU."""
+import importlib.util
+
+import pytest
+import torch
+
+from adapters import CompileContext, get_backend
+from conftest import FIXTURES, load_results, run_cli
+from workloads import build_model, load_workload_file, make_inputs
+
+HAS_GPU = torch.cuda.is_available()
+(TINY,) = load_workload_file(FIXTURES / "tiny_workloads.py")
+
+
+def _ctx(tmp_path, arch):
+    return CompileContext(workload_name="tiny_linear", workload_key=TINY.key("small"), device="cuda", threads=1,
+                          work_dir=tmp_path, options={"cuda_arch": arch})
+
+
+def _tiny():
+    return build_model(TINY, "small"), make_inputs(TINY.input_specs("small"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm not installed")
+def test_tvm_generates_cuda_code_without_a_gpu(tmp_path):
+    model, inputs = _tiny()
+    ctx = _ctx(tmp_path, "sm_80")
+    executable = get_backend("tvm-untuned").build(model, inputs, ctx)
+    assert executable is not None
+    assert ctx.info["target"] == {"kind": "cuda", "arch": "sm_80"}
+    assert ctx.phases["build"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("iree.turbine") is None, reason="iree-turbine not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_iree_compiles_a_cuda_vmfb_without_a_gpu(tmp_path, arch):
+    model, inputs = _tiny()
+    ctx = _ctx(tmp_path, arch)
+    vmfb = tmp_path / "cuda.vmfb"
+    get_backend("iree")._export_and_compile(model, inputs, ctx, vmfb)
+    assert vmfb.stat().st_size > 1000
+    assert ctx.info["cuda_arch"].startswith("sm_")
+    if ctx.info["cuda_arch"] != arch:  # the sm_90 upstream bug: the fallback is stated
+        assert arch in ctx.info["cuda_arch_fallback"]
+
+
+def test_capability_matrix_explains_itself():
+    proc = run_cli("--list", "--device", "cuda")
+    assert proc.returncode == 0
+    for name in ("eager", "inductor", "ort", "tvm", "iree"):
+        assert name in proc.stdout
+    if not HAS_GPU:
+        assert "no CUDA device visible to torch" in proc.stdout
+
+
+def test_bad_cuda_arch_is_a_usage_error(tmp_path):
+    proc = run_cli("--device", "cuda", "--cuda-arch", "ampere", "--output-dir", tmp_path)
+    assert proc.returncode == 2 and "--cuda-arch" in proc.stderr
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU behaviour")
+def test_cuda_run_without_gpu_reports_unavailable(tmp_path):
+    proc = run_cli("--device", "cuda", "--backends", "inductor,ort", "--workloads", "mlp", "--size", "small",
+                   "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cells = load_results(tmp_path)["cells"]
+    assert {c["status"] for c in cells} == {"unavailable"}
+    assert all(c["error"] for c in cells)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_cuda_inductor_runs_and_agrees(tmp_path):
+    proc = run_cli("--device", "cuda", "--backends", "inductor", "--workloads", "mlp", "--size", "small",
+                   "--time-budget", "0.3", "--min-samples", "3", "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "inductor")
+    assert cell["status"] == "ok" and cell["numerics_ok"] and cell["info"]["cuda_peak_allocated_mb"] > 0
