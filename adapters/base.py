@@ -225,11 +225,15 @@ class DelegatingSession(ShapeSession):
         return self._count() if self._count else 1
 
 
-def export_dynamic_shapes(dynamic_dims: Sequence[dict[int, str]], max_size: int = 1 << 16):
+def export_dynamic_shapes(dynamic_dims: Sequence[dict[int, str]], max_size: int | None = None):
     """torch.export ``dynamic_shapes`` for positional inputs; dims that share a
-    symbolic name (e.g. "batch") share one ``Dim`` so exporters tie them."""
+    symbolic name (e.g. "batch") share one ``Dim`` so exporters tie them.
+
+    Give the real upper bound: TVM plans static memory for a symbolic dim's upper
+    bound, and with 2**16 it asked for tens of GB (std::bad_alloc)."""
     import torch
 
+    max_size = max_size or 1 << 16
     dims: dict[str, Any] = {}
     spec = []
     for per_input in dynamic_dims:

@@ -81,7 +81,8 @@ class IreeBackend(Backend):
         if strategy != "symbolic":
             return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
         vmfb = ctx.work_dir / "dynamic.vmfb"
-        self._export_and_compile(module, example_inputs, ctx, vmfb, export_dynamic_shapes(dynamic_dims))
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
+        self._export_and_compile(module, example_inputs, ctx, vmfb, shapes)
         return DelegatingSession(self, self._load(vmfb, ctx))
 
     @staticmethod

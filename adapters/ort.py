@@ -135,7 +135,8 @@ class OrtBackend(Backend):
         import onnxruntime as ort
 
         model_path = ctx.work_dir / "model.onnx"
-        self._export(module, example_inputs, ctx, model_path, export_dynamic_shapes(dynamic_dims))
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
+        self._export(module, example_inputs, ctx, model_path, shapes)
         with ctx.phase("session"):
             session = ort.InferenceSession(str(model_path), sess_options=self._session_options(ort, ctx),
                                            providers=self.providers(ctx))

@@ -162,7 +162,8 @@ class TvmUntunedBackend(_TvmBase):
         if strategy != "symbolic":
             return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
         # A Relax function with symbolic dims builds once and runs any size.
-        compiled = self.compile(module, example_inputs, ctx, export_dynamic_shapes(dynamic_dims))
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
+        compiled = self.compile(module, example_inputs, ctx, shapes)
         return DelegatingSession(self, compiled)
 
 

@@ -70,6 +70,7 @@ def measure(spec: dict[str, Any], ctx, backend, emit) -> dict[str, Any]:
     emit(phase=f"{strategy}: setup")
     start_all = time.perf_counter()
     t0 = time.perf_counter()
+    ctx.options["dynamic_max"] = max(plan["values"])  # the bound exporters get for the symbolic dim
     session = backend.dynamic_session(model, inputs[first], dims, strategy, ctx)
     setup_s = time.perf_counter() - t0  # symbolic compiles here; specialize on first call
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from . import environment
-from .results import Cell, ResultsError, RunResults, atomic_write_json
+from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json
 from .worker import EVENT_PREFIX, looks_out_of_memory
 
 
@@ -264,7 +264,11 @@ class Runner:
 
         section = results.experiments.setdefault("dynamic_shapes", {"records": []})
         workloads = resolve_workloads(self.config.workloads, self.config.workload_files)
-        plan = [(w, b, s) for w in workloads for b in backends for s in dynamic.STRATEGIES]
+        # On resume, records that ended for good (ok, unavailable, failed) are kept.
+        kept = {(r["workload"], r["backend"], r["strategy"]) for r in section["records"]
+                if r.get("status") not in TRANSIENT_STATUSES}
+        plan = [(w, b, s) for w in workloads for b in backends for s in dynamic.STRATEGIES
+                if (w.name, b, s) not in kept]
         section["protocol"] = {"distinct_sizes": distinct, "calls": calls, "steady_calls_per_size": steady_calls,
                                "seed": self.config.seed, "threads": self.config.threads, "size": self.config.size}
         try:
