@@ -35,6 +35,6 @@ def pytest_terminal_summary(terminalreporter):
     if not INJECTED:
         return
     terminalreporter.section("fault injection")
-    terminalreporter.write_line(f"{"fault":<58} {'injected':>8} {'results lost':>12}")
+    terminalreporter.write_line(f"{'fault':<58} {'injected':>8} {'results lost':>12}")
     for kind in sorted(INJECTED):
         terminalreporter.write_line(f"{kind:<58} {INJECTED[kind]:>8} {LOST[kind]:>12}")
