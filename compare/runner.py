@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from . import environment
 from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json
@@ -128,7 +128,7 @@ class Runner:
         )
 
     # -- running --------------------------------------------------------------
-    def run(self, results: RunResults | None = None, on_saved: Callable[[RunResults], None] | None = None) -> RunResults:
+    def run(self, results: RunResults | None = None) -> RunResults:
         from adapters import get_backend
         from workloads import resolve_workloads
 
@@ -156,8 +156,6 @@ class Runner:
                     cell = self._as_cell(self._run_cell(workload, b))
                 results.upsert(cell)
                 self.save(results)
-                if on_saved:
-                    on_saved(results)
                 self.progress.cell_finished(cell)
             if remote:
                 from .ray_executor import run_cells
