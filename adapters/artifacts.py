@@ -14,6 +14,21 @@ from typing import Any
 META = "artifact.json"
 
 
+def store_for(backend, ctx) -> tuple[Path, dict[str, Any]]:
+    """Where a backend's artifacts for this cell live, and the metadata a stored one must match.
+    Warm: ``<cache_root>/<backend>/<target key>/<workload key>/``; cold: a fresh folder."""
+    from .base import target_key
+
+    versions = backend.versions()
+    tkey = target_key(ctx.device, ctx.threads, versions)
+    if ctx.cache == "warm":
+        folder = ctx.persistent_dir(backend.name, tkey)
+    else:
+        folder = ctx.work_dir / backend.name
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder, {"target_key": tkey, "workload_key": ctx.workload_key, "versions": versions}
+
+
 @contextlib.contextmanager
 def locked(folder: Path):
     """Exclusive lock on a store folder for check + build + load: another run never

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes, target_key
+from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes
 
 VMFB = "module.vmfb"
 
@@ -57,15 +57,9 @@ class IreeBackend(Backend):
         return ("iree.compiler", "iree.runtime", "iree.turbine")
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
-        tkey = target_key(ctx.device, ctx.threads, self.versions())
-        if ctx.cache == "warm":
-            folder = ctx.persistent_dir(self.name, tkey)
-        else:
-            folder = ctx.work_dir / "iree"
-            folder.mkdir(parents=True, exist_ok=True)
+        folder, expected = artifacts.store_for(self, ctx)
         with artifacts.locked(folder) if ctx.cache == "warm" else contextlib.nullcontext():
             vmfb = folder / VMFB
-            expected = {"target_key": tkey, "workload_key": ctx.workload_key, "versions": self.versions()}
             hit = ctx.cache == "warm" and artifacts.is_valid(folder, expected)
             if hit:
                 ctx.phases.update({"export": 0.0, "compile": 0.0})

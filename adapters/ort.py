@@ -12,7 +12,7 @@ import io
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes, target_key
+from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes
 
 OPTIMIZED = "optimized.onnx"
 
@@ -92,10 +92,8 @@ class OrtBackend(Backend):
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         import onnxruntime as ort
 
-        tkey = target_key(ctx.device, ctx.threads, self.versions())
         warm = ctx.cache == "warm"
-        folder = ctx.persistent_dir(self.name, tkey) if warm else ctx.work_dir
-        expected = {"target_key": tkey, "workload_key": ctx.workload_key, "versions": self.versions()}
+        folder, expected = artifacts.store_for(self, ctx)
         # Warm: hold the store folder's lock from the hit check to the loaded session.
         with artifacts.locked(folder) if warm else contextlib.nullcontext():
             optimized = folder / OPTIMIZED
