@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .measure import bootstrap_medians
 from .results import Cell, RunResults, atomic_write_text
 
 MIN_EFFECT = 0.02  # ignore shifts under 2 % even when the interval is tight
@@ -41,13 +42,9 @@ class CellDiff:
     numerics_change: str
 
 
-def ratio_interval(base: list[float], new: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def ratio_interval(base: list[float], new: list[float]) -> tuple[float, float]:
     """Bootstrap 95% interval of median(new) / median(base)."""
-    a = np.asarray(base, dtype=float)
-    b = np.asarray(new, dtype=float)
-    rng = np.random.default_rng(seed)
-    ra = np.median(rng.choice(a, size=(resamples, a.size)), axis=1)
-    rb = np.median(rng.choice(b, size=(resamples, b.size)), axis=1)
+    ra, rb = bootstrap_medians(base, new)
     lo, hi = np.percentile(rb / ra, [2.5, 97.5])
     return float(lo), float(hi)
 

@@ -129,17 +129,20 @@ def time_alternating(
     return [summarize(s, n) for s, n in zip(samples, numbers)]
 
 
-def speedup_interval(ref: LatencyStats, cand: LatencyStats, resamples: int = 2000, seed: int = 0) -> list[float]:
-    """Bootstrap 95% interval of median(ref) / median(cand)."""
-    a = np.asarray(ref.samples)
-    b = np.asarray(cand.samples)
-    if a.size < 2 or b.size < 2:
-        return [ref.median / cand.median] * 2
+def bootstrap_medians(a: Sequence[float], b: Sequence[float], resamples: int = 2000, seed: int = 0):
+    """Medians of ``resamples`` bootstrap resamples of ``a`` and then of ``b`` (seeded)."""
     rng = np.random.default_rng(seed)
-    ra = np.median(rng.choice(a, size=(resamples, a.size)), axis=1)
-    rb = np.median(rng.choice(b, size=(resamples, b.size)), axis=1)
-    ratios = ra / rb
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    ra = np.median(rng.choice(np.asarray(a, dtype=float), size=(resamples, len(a))), axis=1)
+    rb = np.median(rng.choice(np.asarray(b, dtype=float), size=(resamples, len(b))), axis=1)
+    return ra, rb
+
+
+def speedup_interval(ref: LatencyStats, cand: LatencyStats) -> list[float]:
+    """Bootstrap 95% interval of median(ref) / median(cand)."""
+    if len(ref.samples) < 2 or len(cand.samples) < 2:
+        return [ref.median / cand.median] * 2
+    ra, rb = bootstrap_medians(ref.samples, cand.samples)
+    lo, hi = np.percentile(ra / rb, [2.5, 97.5])
     return [float(lo), float(hi)]
 
 

@@ -120,6 +120,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     import torch
 
+    from adapters import flatten_outputs
     from adapters.eager import TorchCompiled
     from workloads import build_model, make_inputs, resolve_workloads
 
@@ -192,9 +193,9 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
             draw_outputs = [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
             del raw
         with torch.no_grad():
-            reference = [t.detach() for t in _flatten(reference_model(*draw_inputs))]
+            reference = [t.detach() for t in flatten_outputs(reference_model(*draw_inputs))]
             inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
-            reference64 = [t.detach() for t in _flatten(model64(*inputs64))]
+            reference64 = [t.detach() for t in flatten_outputs(model64(*inputs64))]
         _merge_worst(worst, "vs_eager", compare_outputs(draw_outputs, reference))
         _merge_worst(worst, "vs_fp64", compare_outputs(draw_outputs, reference64))
         _merge_worst(worst, "eager_vs_fp64", compare_outputs(reference, reference64))
@@ -267,12 +268,6 @@ def _merge_worst(worst: dict[str, Any], key: str, check: dict[str, Any]) -> None
         if acc.get("ok", False):
             acc["error"] = check.get("error")
         acc["ok"] = False
-
-
-def _flatten(outputs: Any) -> list[Any]:
-    from adapters import flatten_outputs
-
-    return flatten_outputs(outputs)
 
 
 def _to_jsonable(result: dict[str, Any]) -> dict[str, Any]:
