@@ -16,7 +16,8 @@ PAPER = ["elementwise_chain", "norm_residual", "conv", "mlp", "attention"]
 
 
 def test_the_five_paper_workloads_are_built_in():
-    assert list(builtin_workloads()) == PAPER
+    assert list(builtin_workloads("paper")) == PAPER
+    assert [w.name for w in resolve_workloads(None)] == PAPER  # the default suite stays the paper's
 
 
 @pytest.mark.parametrize("name", PAPER)

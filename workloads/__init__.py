@@ -16,6 +16,7 @@ from .base import SIZES, TensorSpec, Workload, WorkloadError
 
 __all__ = [
     "SIZES",
+    "SUITES",
     "TensorSpec",
     "Workload",
     "WorkloadError",
@@ -27,10 +28,18 @@ __all__ = [
 ]
 
 
-def builtin_workloads() -> dict[str, Workload]:
+# --suite: which built-ins run when no --workloads are named (user files always do).
+SUITES = ("paper", "models", "all")
+
+
+def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
+    from .models import MODEL_WORKLOADS
     from .paper import PAPER_WORKLOADS
 
-    return {w.name: w for w in PAPER_WORKLOADS}
+    if suite not in SUITES:
+        raise WorkloadError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
+    picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS, "all": PAPER_WORKLOADS + MODEL_WORKLOADS}[suite]
+    return {w.name: w for w in picked}
 
 
 def load_workload_file(path: str | Path) -> list[Workload]:
@@ -79,14 +88,19 @@ def load_workload_file(path: str | Path) -> list[Workload]:
     return workloads
 
 
-def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] = ()) -> list[Workload]:
-    """Built-ins plus those from ``files``; ``names`` picks (in order), None = all."""
-    available = builtin_workloads()
+def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] = (),
+                      suite: str = "paper") -> list[Workload]:
+    """Built-ins plus those from ``files``; ``names`` picks (in order) from every
+    built-in, None = the ``suite``'s built-ins and every workload in ``files``."""
+    available = builtin_workloads("all")
+    from_files: dict[str, Workload] = {}
     for file in files:
         for w in load_workload_file(file):
-            available[w.name] = w  # a user file may override a built-in on purpose
+            from_files[w.name] = w
+    available.update(from_files)  # a user file may override a built-in on purpose
     if names is None:
-        return list(available.values())
+        in_suite = builtin_workloads(suite)
+        return [w for name, w in available.items() if name in in_suite or name in from_files]
     picked = []
     for name in names:
         if name not in available:

@@ -64,6 +64,9 @@ class Workload:
     inputs: Callable[[Mapping[str, Any]], list[TensorSpec]]
     tags: tuple[str, ...] = ()
     source: str = "builtin"  # file the workload came from
+    # The size parameter that is the batch dimension ("batch"); ``--batch`` overrides
+    # it. None: the workload has no batch dimension and runs at its own size only.
+    batch_param: str | None = None
 
     # -- validation ---------------------------------------------------------
     def validate(self) -> None:
@@ -81,6 +84,10 @@ class Workload:
             raise WorkloadError(f"{where}: field 'build' must be callable (params -> nn.Module)")
         if not callable(self.inputs):
             raise WorkloadError(f"{where}: field 'inputs' must be callable (params -> list[TensorSpec])")
+        if self.batch_param is not None:
+            for size, params in self.sizes.items():
+                if self.batch_param not in params:
+                    raise WorkloadError(f"{where}: batch_param {self.batch_param!r} is not a parameter of size {size!r}")
 
     def params(self, size: str) -> Mapping[str, Any]:
         if size not in self.sizes:
@@ -88,6 +95,22 @@ class Workload:
                 f"workload {self.name!r} has no size {size!r} (has: {', '.join(self.sizes)})"
             )
         return self.sizes[size]
+
+    def with_batch(self, batch: int | None) -> "Workload":
+        """The same workload with its batch dimension set to ``batch`` at every size
+        (None: unchanged). Caches see the new batch through ``key()``'s params."""
+        if batch is None:
+            return self
+        if self.batch_param is None:
+            raise WorkloadError(f"workload {self.name!r} has no batch dimension (batch_param is not set)")
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
+            raise WorkloadError(f"workload {self.name!r}: batch must be a positive integer, got {batch!r}")
+        sizes = {name: {**params, self.batch_param: batch} for name, params in self.sizes.items()}
+        return dataclasses.replace(self, sizes=sizes)
+
+    def batch_of(self, size: str) -> int | None:
+        """The batch this size runs at, or None for a workload without a batch dimension."""
+        return None if self.batch_param is None else self.params(size).get(self.batch_param)
 
     def input_specs(self, size: str) -> list[TensorSpec]:
         specs = self.inputs(self.params(size))

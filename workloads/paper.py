@@ -116,6 +116,7 @@ PAPER_WORKLOADS = [
         build=lambda p: ElementwiseChain(),
         inputs=lambda p: [TensorSpec((p["rows"], p["cols"]), dynamic_dims={0: "batch"})],
         tags=("paper", "memory-bound"),
+        batch_param="rows",
     ),
     Workload(
         name="norm_residual",
@@ -130,6 +131,7 @@ PAPER_WORKLOADS = [
             TensorSpec((p["batch"], p["seq"], p["dim"]), dynamic_dims={0: "batch", 1: "seq"})
         ],
         tags=("paper", "memory-bound"),
+        batch_param="batch",
     ),
     Workload(
         name="conv",
@@ -142,6 +144,7 @@ PAPER_WORKLOADS = [
         build=lambda p: ConvBlocks(p["in_ch"], p["widths"]),
         inputs=lambda p: [TensorSpec((p["batch"], p["in_ch"], p["hw"], p["hw"]), dynamic_dims={0: "batch"})],
         tags=("paper", "compute-bound"),
+        batch_param="batch",
     ),
     Workload(
         name="mlp",
@@ -154,6 +157,7 @@ PAPER_WORKLOADS = [
         build=lambda p: MLP(p["dim"], p["hidden"]),
         inputs=lambda p: [TensorSpec((p["batch"], p["dim"]), dynamic_dims={0: "batch"})],
         tags=("paper", "compute-bound"),
+        batch_param="batch",
     ),
     Workload(
         name="attention",
@@ -168,5 +172,6 @@ PAPER_WORKLOADS = [
             TensorSpec((p["batch"], p["seq"], p["dim"]), dynamic_dims={0: "batch", 1: "seq"})
         ],
         tags=("paper", "compute-bound"),
+        batch_param="batch",
     ),
 ]
