@@ -62,12 +62,39 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _batch_list(value: str) -> list[int]:
+    batches = [_positive_int(v) for v in _csv(value)]
+    if len(set(batches)) != len(batches):
+        raise argparse.ArgumentTypeError(f"{value!r} lists a batch size twice")
+    return batches
+
+
+def _dtype_list(value: str) -> list[str]:
+    from .measure import DTYPE_NAMES
+
+    dtypes = _csv(value)
+    for d in dtypes:
+        if d not in DTYPE_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown dtype {d!r} (known: {', '.join(DTYPE_NAMES)})")
+    if len(set(dtypes)) != len(dtypes):
+        raise argparse.ArgumentTypeError(f"{value!r} lists a dtype twice")
+    return dtypes
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int) -> None:
-    from workloads import SIZES
+    from workloads import SIZES, SUITES
 
     parser.add_argument("--backends", type=_csv, default=_csv(default_backends),
                      help=f"comma-separated backends to compare with eager (default: {default_backends})")
-    parser.add_argument("--workloads", type=_csv, default=None, help="comma-separated workloads (default: all)")
+    parser.add_argument("--workloads", type=_csv, default=None,
+                        help="comma-separated workloads from any suite (default: the --suite's)")
+    parser.add_argument("--suite", choices=SUITES, default="paper",
+                        help="built-in workloads to run: paper (the survey's five graphs), models "
+                             "(ResNet, MobileNetV2, BERT, GPT-2, ViT) or all (default: paper)")
+    parser.add_argument("--batch", type=_batch_list, default=[], metavar="N[,N...]",
+                        help="batch sizes to sweep, each its own cell (default: each workload's own)")
+    parser.add_argument("--dtype", type=_dtype_list, default=["fp32"], metavar="fp32|bf16|fp16[,...]",
+                        help="precision of weights and inputs, comma-separated to sweep (default fp32)")
     parser.add_argument("--workload-file", action="append", default=[], metavar="PATH",
                      help="Python file defining extra workloads (run as code); repeatable")
     parser.add_argument("--size", choices=SIZES, default="default")
@@ -258,9 +285,12 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     if len(set(backends)) != len(backends):
         raise UsageError("a backend is listed twice in --backends")
     names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
-    workloads = resolve_workloads(names, args.workload_file)  # WorkloadError on bad names/files
+    workloads = resolve_workloads(names, args.workload_file, args.suite)  # WorkloadError on bad names/files
     for w in workloads:
-        w.input_specs(args.size)  # validate shapes now: a bad size is a usage error, not a failed cell
+        for batch in args.batch if w.batch_param else [None]:
+            w.with_batch(batch).input_specs(args.size)  # a bad size is a usage error, not a failed cell
+    if args.batch and not any(w.batch_param for w in workloads):
+        raise UsageError("--batch: none of the chosen workloads has a batch dimension")
     if args.cuda_arch and not re.fullmatch(r"sm_\d{2,3}a?", args.cuda_arch):
         raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
@@ -291,6 +321,9 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
                  "tvm_trials_per_task": args.tvm_trials_per_task, "retune": args.retune, "seed": args.seed},
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
+        batches=list(args.batch),
+        dtypes=list(args.dtype),
+        suite=args.suite,
         executor=args.executor,
         ray_address=args.ray_address,
         ray_share_cores=args.ray_share_cores,
@@ -300,6 +333,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
 
 
 RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
+                  "--batch": "batches", "--dtype": "dtypes", "--suite": "suite",
                   "--threads": "threads", "--seed": "seed", "--cache": "cache"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
 RESUME_OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
@@ -358,7 +392,7 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     stored = None
     if args.resume:
         stored, config, rerun = resume_state(args)
-        missing = len(config.workloads) * len(config.backends) - len(stored.cells)
+        missing = len(Runner(config).plan()) - len(stored.cells)
         print(f"compare: resuming {args.resume}: {len(stored.cells)} cell(s) kept, {missing} to run "
               f"({rerun} of them transient failures)", file=sys.stderr)
     else:
@@ -440,7 +474,7 @@ class RichProgress:
             detail += f", {cell.speedup:.2f}x"
         elif cell.error:
             detail += f": {cell.error[:100]}"
-        self._progress.console.print(f"  {cell.workload} x {cell.backend}: {detail}", highlight=False)
+        self._progress.console.print(f"  {cell.label} x {cell.backend}: {detail}", highlight=False)
         self._progress.advance(self._task)
 
 
@@ -488,12 +522,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     console = wide_console()
     wt = Table(title=f"workloads (size {args.size})")
-    for col in ("name", "description", "inputs", "dynamic dims", "source"):
+    for col in ("name", "suite", "description", "inputs", "batch dim", "dynamic dims", "source"):
         wt.add_column(col, overflow="fold")
-    for w in resolve_workloads(None, args.workload_file):
+    for w in resolve_workloads(None, args.workload_file, "all"):
         specs = w.input_specs(args.size)
+        suite = next((t for t in w.tags if t in ("paper", "models")), "-")
         wt.add_row(
-            w.name, w.description,
+            w.name, suite, w.description,
+            "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),
+            f"{w.batch_param}={w.batch_of(args.size)}" if w.batch_param else "-",
             "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),
             "; ".join(", ".join(f"{d}={n}" for d, n in s.dynamic_dims.items()) for s in specs),
             w.source,

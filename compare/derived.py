@@ -16,7 +16,7 @@ def amortization_curve(compile_s: float, latency_ms: float, eager_ms: float) -> 
 
 
 def fill_derived(results: RunResults) -> None:
-    eager_mem = {c.workload: c.peak_rss_delta_mb for c in results.cells
+    eager_mem = {c.label: c.peak_rss_delta_mb for c in results.cells
                  if c.backend == "eager" and c.status == "ok"}
     ceilings = results.experiments.get("roofline_ceilings")
     for cell in results.cells:
@@ -24,7 +24,7 @@ def fill_derived(results: RunResults) -> None:
             continue
         if cell.backend != "eager" and cell.compile_s is not None and cell.eager_latency_ms:
             cell.amortization = amortization_curve(cell.compile_s, cell.latency_ms.median, cell.eager_latency_ms)
-        base = eager_mem.get(cell.workload)
+        base = eager_mem.get(cell.label)
         if base and cell.peak_rss_delta_mb is not None:
             cell.peak_rss_ratio_vs_eager = cell.peak_rss_delta_mb / base
         if ceilings and cell.work:

@@ -78,11 +78,11 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
     for cell in new.cells:
         old = base_by_key.get(cell.key)
         if old is None:
-            out.append(CellDiff(cell.workload, cell.backend, None, None, None, None, "new cell", None, "-",
+            out.append(CellDiff(cell.label, cell.backend, None, None, None, None, "new cell", None, "-",
                                 None, cell.max_abs_err, "-"))
             continue
         if old.status != "ok" or cell.status != "ok" or not old.latency_ms or not cell.latency_ms:
-            out.append(CellDiff(cell.workload, cell.backend, None, None, None, None,
+            out.append(CellDiff(cell.label, cell.backend, None, None, None, None,
                                 f"status {old.status} -> {cell.status}", None, "-", old.max_abs_err,
                                 cell.max_abs_err, "-"))
             continue
@@ -92,13 +92,13 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
             compile_ratio = cell.compile_s / old.compile_s
             compile_verdict = ("slower" if compile_ratio > 1 + COMPILE_TOLERANCE
                                else "faster" if compile_ratio < 1 - COMPILE_TOLERANCE else "unchanged")
-        out.append(CellDiff(cell.workload, cell.backend, old.latency_ms.median, cell.latency_ms.median, ratio, ci,
+        out.append(CellDiff(cell.label, cell.backend, old.latency_ms.median, cell.latency_ms.median, ratio, ci,
                             verdict, compile_ratio, compile_verdict, old.max_abs_err, cell.max_abs_err,
                             _numerics_change(old, cell)))
     new_keys = {c.key for c in new.cells}
     for old in base.cells:
         if old.key not in new_keys:
-            out.append(CellDiff(old.workload, old.backend, None, None, None, None, "missing in new run", None, "-",
+            out.append(CellDiff(old.label, old.backend, None, None, None, None, "missing in new run", None, "-",
                                 old.max_abs_err, None, "-"))
     return out
 

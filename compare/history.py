@@ -59,7 +59,7 @@ def record_run(db_path: str | Path, results: RunResults, run_dir: str | Path) ->
             con.execute("DELETE FROM cells WHERE run_id = ?", (results.run_id,))
             con.executemany(
                 "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(results.run_id, c.workload, c.backend, c.size, c.device, c.status,
+                [(results.run_id, c.label, c.backend, c.size, c.device, c.status,
                   c.latency_ms.median if c.latency_ms else None, _float(c.eager_latency_ms), _float(c.speedup),
                   _float(c.compile_s), _float(c.max_abs_err),
                   None if c.numerics_ok is None else int(c.numerics_ok), _float(c.peak_rss_mb), c.cache, c.error)

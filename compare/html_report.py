@@ -44,14 +44,14 @@ def plot_speedups(results: RunResults) -> str | None:
     if not cells:
         return None
     plt = _plt()
-    workloads = list(dict.fromkeys(c.workload for c in cells))
+    workloads = list(dict.fromkeys(c.label for c in cells))
     backends = list(dict.fromkeys(c.backend for c in cells))
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(workloads)), 4))
     width = 0.8 / len(backends)
     for j, backend in enumerate(backends):
         xs, ys, lo, hi = [], [], [], []
         for i, w in enumerate(workloads):
-            c = next((c for c in cells if c.workload == w and c.backend == backend), None)
+            c = next((c for c in cells if c.label == w and c.backend == backend), None)
             if c is None:
                 continue
             xs.append(i + (j - (len(backends) - 1) / 2) * width)
@@ -74,7 +74,7 @@ def plot_compile_phases(results: RunResults) -> str | None:
     if not cells:
         return None
     plt = _plt()
-    labels = [f"{c.workload}\n{c.backend}" + (f" ({c.cache})" if c.cache else "") for c in cells]
+    labels = [f"{c.label}\n{c.backend}" + (f" ({c.cache})" if c.cache else "") for c in cells]
     phases = [p for p in PHASE_ORDER if any(p in c.compile_phases for c in cells)]
     phases += sorted({p for c in cells for p in c.compile_phases} - set(phases))
     fig, ax = plt.subplots(figsize=(7, max(3, 0.35 * len(cells))))
@@ -97,13 +97,13 @@ def plot_amortization(results: RunResults) -> str | None:
     if not cells:
         return None
     plt = _plt()
-    workloads = list(dict.fromkeys(c.workload for c in cells))
+    workloads = list(dict.fromkeys(c.label for c in cells))
     cols = min(3, len(workloads))
     rows = math.ceil(len(workloads) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, w in zip(axes.flat, workloads):
         eager_drawn = False
-        for c in (c for c in cells if c.workload == w):
+        for c in (c for c in cells if c.label == w):
             ns = [p["calls"] for p in c.amortization]
             ax.plot(ns, [p["compiled_s"] for p in c.amortization], marker=".", label=c.backend)
             if not eager_drawn:
@@ -141,7 +141,7 @@ def plot_tuning_curves(results: RunResults) -> str | None:
         ax.set_yscale("log")
         ax.set_xlabel("trials measured")
         ax.set_ylabel("best ms found")
-        ax.set_title(f"{c.workload} / {c.backend}", fontsize=9)
+        ax.set_title(f"{c.label} / {c.backend}", fontsize=9)
         ax.legend(fontsize=5)
     fig.suptitle("TVM MetaSchedule: best latency vs trials, per task")
     fig.tight_layout()
@@ -197,7 +197,7 @@ def plot_numerics(results: RunResults) -> str | None:
     fig, ax = plt.subplots(figsize=(7, max(3, 0.3 * len(cells))))
     ax.barh(range(len(cells)), [max(c.max_abs_err, 1e-12) for c in cells],
             color=["tab:blue" if c.numerics_ok else "tab:red" for c in cells])
-    ax.set_yticks(range(len(cells)), [f"{c.workload} / {c.backend}" for c in cells], fontsize=7)
+    ax.set_yticks(range(len(cells)), [f"{c.label} / {c.backend}" for c in cells], fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("max abs error vs eager fp32 (red: beyond tolerance)")

@@ -158,6 +158,44 @@ TOLERANCES = {
 }
 
 
+# --dtype names -> torch dtypes, and each one's unit roundoff (machine epsilon).
+DTYPE_NAMES = ("fp32", "bf16", "fp16")
+DTYPE_EPS = {"fp32": 2.0**-23, "bf16": 2.0**-7, "fp16": 2.0**-10}
+# Reduced precision: a backend passes when its error against float64 is at most this
+# many times eager's own error at the same precision (plus one ulp of the output's
+# scale). Fixed tolerances do not scale with depth: a 12-layer bf16 model legitimately
+# drifts by far more than a single op.
+REDUCED_PRECISION_FACTOR = 4.0
+
+
+class _TorchDtypes(dict):
+    def __missing__(self, name):
+        import torch
+
+        self[name] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+        return self[name]
+
+
+TORCH_DTYPES = _TorchDtypes()
+
+
+def reduced_precision_verdict(vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, Any], dtype: str,
+                              output_scale: float) -> dict[str, Any]:
+    """ok / error / tolerance for a bf16 or fp16 cell, judged against float64."""
+    eager_err = eager_vs_fp64.get("max_abs")
+    err = vs_fp64.get("max_abs")
+    floor = DTYPE_EPS[dtype] * output_scale
+    limit = REDUCED_PRECISION_FACTOR * (eager_err if eager_err is not None and math.isfinite(eager_err) else 0.0) + floor
+    tolerance = {"max_abs_vs_fp64": limit, "factor_of_eager_error": REDUCED_PRECISION_FACTOR, "floor": floor}
+    if err is None or not math.isfinite(err):
+        return {"ok": False, "error": vs_fp64.get("error") or "non-finite output", "tolerance": tolerance}
+    if err > limit:
+        return {"ok": False, "tolerance": tolerance,
+                "error": f"{dtype} error vs float64 {err:.3g} exceeds {REDUCED_PRECISION_FACTOR:g}x eager's own "
+                         f"{eager_err:.3g} + {floor:.3g}"}
+    return {"ok": True, "error": None, "tolerance": tolerance}
+
+
 def tolerance_for(dtype_name: str) -> tuple[float, float]:
     return TOLERANCES.get(dtype_name, (0.0, 0.0))
 

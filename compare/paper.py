@@ -63,7 +63,7 @@ def paper_markdown(results: RunResults) -> str:
         if c.backend == "eager":
             continue
         rows.append({
-            "workload": c.workload, "backend": c.backend,
+            "workload": c.label, "backend": c.backend,
             "latency ms (median)": _fmt(c.latency_ms.median, ".4g"),
             "p10-p90 ms": f"{c.latency_ms.p10:.4g}-{c.latency_ms.p90:.4g}",
             "eager ms": _fmt(c.eager_latency_ms, ".4g"),
@@ -78,7 +78,7 @@ def paper_markdown(results: RunResults) -> str:
     for c in cells:
         if c.backend == "eager" or not c.amortization:
             continue
-        row = {"workload": c.workload, "backend": c.backend, "compile s": _fmt(c.compile_s, ".3g"),
+        row = {"workload": c.label, "backend": c.backend, "compile s": _fmt(c.compile_s, ".3g"),
                "break-even calls": f"{math.ceil(c.break_even_calls):,}" if c.break_even_calls else "never"}
         for point in c.amortization:
             if point["calls"] in (100, 10_000, 1_000_000):
@@ -96,7 +96,7 @@ def paper_markdown(results: RunResults) -> str:
         if c.backend == "eager":
             continue
         worst = max(worst, c.max_abs_err if isinstance(c.max_abs_err, float) else math.inf)
-        rows.append({"workload": c.workload, "backend": c.backend, "draws": c.numerics_draws,
+        rows.append({"workload": c.label, "backend": c.backend, "draws": c.numerics_draws,
                      "max abs vs eager fp32": _fmt(c.max_abs_err), "max rel vs eager fp32": _fmt(c.max_rel_err),
                      "max abs vs fp64": _fmt(c.max_abs_err_fp64), "eager's own max abs vs fp64": _fmt(c.eager_max_abs_err_fp64),
                      "within tolerance": "yes" if c.numerics_ok else f"NO: {c.numerics_error}"})
@@ -144,7 +144,7 @@ def paper_markdown(results: RunResults) -> str:
         out.append("(not run)")
 
     # 5. memory
-    rows = [{"workload": c.workload, "backend": c.backend, "peak RSS MB": _fmt(c.peak_rss_mb, ".0f"),
+    rows = [{"workload": c.label, "backend": c.backend, "peak RSS MB": _fmt(c.peak_rss_mb, ".0f"),
              "peak above baseline MB": _fmt(c.peak_rss_delta_mb, ".1f"),
              "ratio to eager": _fmt(c.peak_rss_ratio_vs_eager, ".2f")} for c in cells]
     out += ["", "## 5. Memory", "",
@@ -163,7 +163,7 @@ def paper_markdown(results: RunResults) -> str:
         for c in cells:
             if not c.roofline:
                 continue
-            rows.append({"workload": c.workload, "backend": c.backend, "GFLOP": _fmt(c.work["flops"] / 1e9, ".3g"),
+            rows.append({"workload": c.label, "backend": c.backend, "GFLOP": _fmt(c.work["flops"] / 1e9, ".3g"),
                          "MB": _fmt(c.work["min_bytes"] / 1e6, ".3g"), "bound": c.roofline["bound"],
                          "GFLOP/s": _fmt(c.roofline["achieved_gflops"], ".3g"),
                          "GB/s": _fmt(c.roofline["achieved_gbps"], ".3g"),
@@ -173,7 +173,7 @@ def paper_markdown(results: RunResults) -> str:
         out.append(f"(ceilings not measured: {results.experiments.get('roofline_ceilings_error', 'not run')})")
 
     if failed:
-        out += ["", "## Cells that did not run", ""] + [f"- {c.workload} / {c.backend}: {c.status}: {c.error}" for c in failed]
+        out += ["", "## Cells that did not run", ""] + [f"- {c.label} / {c.backend}: {c.status}: {c.error}" for c in failed]
     return "\n".join(out) + "\n"
 
 

@@ -39,13 +39,13 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str]) ->
     return cell, log_text, node
 
 
-def run_cells(runner, results, cells: list[tuple[Any, str]], address: str | None = None,
+def run_cells(runner, results, cells: list[tuple[Any, str, Any, str]], address: str | None = None,
               share_cores: bool = False) -> None:
     """Fan ``cells`` (workload object, backend) out as Ray tasks; record each as it lands."""
     import ray
 
     from .runner import RunInterrupted, worker_env
-    from .results import Cell
+    from .results import Cell, variant_label
 
     cfg = runner.config
     started_here = False
@@ -64,10 +64,10 @@ def run_cells(runner, results, cells: list[tuple[Any, str]], address: str | None
     )
     env = worker_env(cfg)
     pending: dict[Any, tuple[Any, str, dict]] = {}
-    for workload, backend in cells:
-        base = dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads)
+    for workload, backend, batch, dtype in cells:
+        base = runner.cell_base(workload, backend, batch, dtype)
         try:
-            spec = runner.cell_spec(workload, backend)
+            spec = runner.cell_spec(workload, backend, batch=batch, dtype=dtype)
         except Exception as exc:
             results.upsert(Cell(status="failed", error=f"{type(exc).__name__}: {exc}", **base))
             continue
@@ -78,7 +78,7 @@ def run_cells(runner, results, cells: list[tuple[Any, str]], address: str | None
             ready, _ = ray.wait(list(pending), num_returns=1)
             ref = ready[0]
             workload, backend, base = pending.pop(ref)
-            log_rel = f"logs/{workload.name}.{backend}.log"
+            log_rel = f"logs/{variant_label(workload.name, base['batch'], base['dtype'])}.{backend}.log"
             try:
                 data, log_text, node = ray.get(ref)
             except ray.exceptions.RayError as exc:
@@ -91,7 +91,7 @@ def run_cells(runner, results, cells: list[tuple[Any, str]], address: str | None
             results.upsert(cell)
             runner.save(results)
             done += 1
-            runner.progress.cell_started(done, done + len(pending), workload.name, backend)
+            runner.progress.cell_started(done, done + len(pending), cell.label, backend)
             runner.progress.cell_finished(cell)
     except KeyboardInterrupt:
         for ref in pending:

@@ -17,6 +17,8 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "workload": cell.workload,
         "backend": cell.backend,
         "size": cell.size,
+        "batch": cell.batch,
+        "dtype": cell.dtype,
         "device": cell.device,
         "status": cell.status,
         "error": cell.error,
@@ -117,7 +119,7 @@ def summary_rows(results: RunResults) -> list[list[str]]:
     rows = []
     for cell in results.cells:
         rows.append([
-            cell.workload,
+            cell.label,
             cell.backend,
             fmt_status(cell),
             fmt_seconds(cell.compile_s) if cell.status == "ok" else "-",
@@ -133,9 +135,9 @@ def problems(results: RunResults) -> list[str]:
     out = []
     for cell in results.cells:
         if cell.status != "ok":
-            out.append(f"{cell.workload} / {cell.backend}: {cell.status}: {cell.error}")
+            out.append(f"{cell.label} / {cell.backend}: {cell.status}: {cell.error}")
         elif cell.numerics_ok is False:
-            out.append(f"{cell.workload} / {cell.backend}: numerics disagree with eager: {cell.numerics_error}")
+            out.append(f"{cell.label} / {cell.backend}: numerics disagree with eager: {cell.numerics_error}")
     return out
 
 

@@ -57,6 +57,11 @@ class LatencyStats:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def variant_label(workload: str, batch: int | None, dtype: str = "fp32") -> str:
+    parts = ([f"b{batch}"] if batch is not None else []) + ([dtype] if dtype != "fp32" else [])
+    return f"{workload}[{','.join(parts)}]" if parts else workload
+
+
 @dataclass
 class Cell:
     """One (workload, backend) measurement."""
@@ -66,6 +71,8 @@ class Cell:
     status: str
     size: str = "default"
     device: str = "cpu"
+    batch: int | None = None  # --batch value; None: the workload's own batch at this size
+    dtype: str = "fp32"  # precision of weights and inputs (--dtype)
     error: str | None = None
     compile_s: float | None = None
     compile_phases: dict[str, float] = field(default_factory=dict)
@@ -102,8 +109,13 @@ class Cell:
     log: str | None = None  # worker log, relative to the run folder
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.workload, self.backend, self.size, self.device)
+    def key(self) -> tuple:
+        return (self.workload, self.backend, self.size, self.device, self.batch, self.dtype)
+
+    @property
+    def label(self) -> str:
+        """The workload as tables show it: ``resnet``, ``resnet[b8]``, ``resnet[b8,bf16]``."""
+        return variant_label(self.workload, self.batch, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(dataclasses.asdict(self))
@@ -156,8 +168,9 @@ class RunResults:
                 return
         self.cells.append(cell)
 
-    def cell(self, workload: str, backend: str) -> Cell | None:
-        return next((c for c in self.cells if c.workload == workload and c.backend == backend), None)
+    def cell(self, workload: str, backend: str, batch: int | None = None, dtype: str = "fp32") -> Cell | None:
+        return next((c for c in self.cells if c.workload == workload and c.backend == backend
+                     and c.batch == batch and c.dtype == dtype), None)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "results") -> "RunResults":

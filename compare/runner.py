@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import environment
-from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json
+from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json, variant_label
 from .worker import EVENT_PREFIX, looks_out_of_memory
 
 
@@ -56,6 +56,9 @@ class RunConfig:
     options: dict[str, Any] = field(default_factory=dict)
     keep_work_dirs: bool = False
     numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
+    batches: list[int] = field(default_factory=list)  # --batch sweep; empty: each workload's own batch
+    dtypes: list[str] = field(default_factory=lambda: ["fp32"])  # --dtype sweep
+    suite: str = "paper"  # which built-ins ran (recorded; the workloads list is what counts)
     roofline: bool = False  # measure the machine's ceilings and place every cell under them
     executor: str = "local"  # "local": one worker at a time here; "ray": one Ray task per cell
     ray_address: str | None = None
@@ -112,8 +115,21 @@ class Runner:
         self.last_results: RunResults | None = None  # what was saved last (for interrupt handling)
 
     # -- planning -------------------------------------------------------------
-    def plan(self) -> list[tuple[str, str]]:
-        return [(w, b) for w in self.config.workloads for b in self.config.backends]
+    def plan(self) -> list[tuple[str, str, int | None, str]]:
+        """(workload, backend, batch, dtype) for every cell. A workload without a batch
+        dimension runs once at its own size whatever --batch says."""
+        from workloads import resolve_workloads
+
+        cfg = self.config
+        has_batch = {w.name: w.batch_param is not None
+                     for w in resolve_workloads(cfg.workloads, cfg.workload_files)}
+        cells = []
+        for w in cfg.workloads:
+            batches = cfg.batches if (cfg.batches and has_batch[w]) else [None]
+            for batch in batches:
+                for dtype in cfg.dtypes:
+                    cells += [(w, b, batch, dtype) for b in cfg.backends]
+        return cells
 
     def new_results(self) -> RunResults:
         now = _dt.datetime.now(_dt.timezone.utc)
@@ -138,22 +154,23 @@ class Runner:
         availability = {b: get_backend(b).available(self.config.device) for b in self.config.backends}
         if self.config.roofline:
             self.measure_ceilings(results)
-        plan = [cell for cell in self.plan() if results.cell(*cell) is None]
-        done_before = len(self.plan()) - len(plan)
-        remote: list[tuple[Any, str]] = []  # cells for the Ray executor
+        full_plan = self.plan()
+        plan = [cell for cell in full_plan if results.cell(*cell) is None]
+        done_before = len(full_plan) - len(plan)
+        remote: list[tuple[Any, str, int | None, str]] = []  # cells for the Ray executor
         try:
-            for index, (w, b) in enumerate(plan, start=done_before + 1):
+            for index, (w, b, batch, dtype) in enumerate(plan, start=done_before + 1):
                 workload = workloads[w]
                 ok, reason = availability[b]
                 if ok and self.config.executor == "ray":
-                    remote.append((workload, b))
+                    remote.append((workload, b, batch, dtype))
                     continue
-                self.progress.cell_started(index, len(self.plan()), w, b)
+                self.progress.cell_started(index, len(full_plan), variant_label(w, batch, dtype), b)
                 if not ok:
-                    cell = Cell(workload=w, backend=b, status="unavailable", error=reason,
+                    cell = Cell(workload=w, backend=b, status="unavailable", error=reason, batch=batch, dtype=dtype,
                                 size=self.config.size, device=self.config.device, threads=self.config.threads)
                 else:
-                    cell = self._as_cell(self._run_cell(workload, b))
+                    cell = self._as_cell(self._run_cell(workload, b, batch=batch, dtype=dtype))
                 results.upsert(cell)
                 self.save(results)
                 self.progress.cell_finished(cell)
@@ -190,14 +207,17 @@ class Runner:
         if self._current is not None:
             kill_group(self._current)
 
-    def cell_spec(self, workload, backend: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def cell_spec(self, workload, backend: str, extra: dict[str, Any] | None = None,
+                  batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
         """Everything a worker needs to measure one cell (plain JSON: it may travel to another node)."""
         cfg = self.config
         return {
             "workload": workload.name,
             "workload_files": [str(Path(f).resolve()) for f in cfg.workload_files],
-            "workload_key": workload.key(cfg.size),
+            "workload_key": variant_key(workload, cfg.size, batch, dtype),
             "size": cfg.size,
+            "batch": batch,
+            "dtype": dtype,
             "backend": backend,
             "device": cfg.device,
             "threads": cfg.threads,
@@ -211,16 +231,22 @@ class Runner:
             **(extra or {}),
         }
 
-    def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "") -> dict[str, Any]:
+    def cell_base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+        cfg = self.config
+        return dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads,
+                    batch=batch, dtype=dtype)
+
+    def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "",
+                  batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
         """One worker, start to finish; returns the cell's fields (never raises for
         anything the worker does: crashes, hangs and bad results become a status)."""
         cfg = self.config
-        base = dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads)
+        base = self.cell_base(workload, backend, batch, dtype)
         try:
-            spec = self.cell_spec(workload, backend, extra)
+            spec = self.cell_spec(workload, backend, extra, batch, dtype)
         except Exception as exc:  # invalid user workload: the cell fails, the run goes on
             return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
-        log_rel = f"logs/{workload.name}.{backend}{label}.log"
+        log_rel = f"logs/{variant_label(workload.name, batch, dtype)}.{backend}{label}.log"
 
         def on_start(proc):
             self._current = proc
@@ -236,7 +262,8 @@ class Runner:
         try:
             return Cell.from_dict(data)
         except (ResultsError, TypeError) as exc:
-            keep = {k: data[k] for k in ("workload", "backend", "size", "device", "threads") if k in data}
+            keep = {k: data[k] for k in ("workload", "backend", "size", "device", "threads", "batch", "dtype")
+                    if k in data}
             return Cell(status="failed", error=f"worker returned an invalid result: {exc}", **keep)
 
     # -- experiments beyond the cell table -------------------------------------------
@@ -295,6 +322,13 @@ class Runner:
             results.state = "interrupted"
             self.save(results)
             raise RunInterrupted() from None
+
+def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
+    """The cache key of one cell's model: the workload at that batch (through its
+    params) and precision. fp32 keeps the plain key, so existing caches stay valid."""
+    key = workload.with_batch(batch).key(size)
+    return key if dtype == "fp32" else f"{key}-{dtype}"
+
 
 def execute_worker(spec: dict[str, Any], log_path: Path, timeout_s: float, env: dict[str, str],
                    on_phase=None, on_start=None, keep_work_dir: bool = False) -> dict[str, Any]:

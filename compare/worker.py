@@ -18,6 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .measure import TORCH_DTYPES
+
 EVENT_PREFIX = "@@dlcompare "
 
 
@@ -110,6 +112,10 @@ def prepare_worker(spec: dict[str, Any]):
     return backend, ctx
 
 
+def cast_floating(tensor, dtype):
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one cell; returns the fields of ``compare.results.Cell``."""
     backend, ctx = prepare_worker(spec)
@@ -130,6 +136,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         TimingConfig,
         break_even_calls,
         compare_outputs,
+        reduced_precision_verdict,
         speedup_interval,
         time_alternating,
     )
@@ -141,10 +148,13 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"threads": threads, "backend_versions": backend.versions()}
     emit(phase="setup")
     (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
+    workload = workload.with_batch(spec.get("batch"))
+    dtype = TORCH_DTYPES[spec.get("dtype", "fp32")]
     specs = workload.input_specs(spec["size"])
-    model = build_model(workload, spec["size"], seed).to(device)
-    reference_model = build_model(workload, spec["size"], seed).to(device)
-    inputs = make_inputs(specs, seed, device)
+    # Weights and floating inputs in the cell's precision; eager runs at that precision too.
+    model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
+    reference_model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
+    inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed, device)]
 
     # Memory: baseline after model and inputs exist, high-water mark through compile
     # and the first calls (before the eager reference runs in this process).
@@ -153,7 +163,19 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
-    compiled = backend.compile(model, inputs, ctx)
+    try:
+        compiled = backend.compile(model, inputs, ctx)
+    except Exception as exc:
+        # A compiler that cannot lower the model at reduced precision lacks that support
+        # (an exporter without the dtype, no kernels for it, a frontend that types it
+        # wrong): the cell is unavailable at this dtype, with the compiler's own words.
+        if spec.get("dtype", "fp32") == "fp32" or looks_out_of_memory(str(exc)):
+            raise
+        traceback.print_exc()
+        from adapters import BackendUnavailable
+
+        raise BackendUnavailable(f"{spec['backend']} cannot lower this model in {spec['dtype']}: "
+                                 f"{one_line(exc)}") from None
     prepared = compiled.prepare(inputs)
     if "first_call" in ctx.phases:
         raw = compiled.run(prepared)
@@ -183,11 +205,12 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     model64 = copy.deepcopy(reference_model).double()
     draws = max(1, int(spec.get("numerics_draws", 1)))
     worst: dict[str, Any] = {}
+    output_scale = 0.0
     for draw in range(draws):
         if draw == 0:
             draw_inputs, draw_outputs = inputs, outputs
         else:
-            draw_inputs = make_inputs(specs, seed + 7919 * draw, device)
+            draw_inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed + 7919 * draw, device)]
             raw = compiled.run(compiled.prepare(draw_inputs))
             compiled.synchronize()
             draw_outputs = [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
@@ -199,15 +222,22 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         _merge_worst(worst, "vs_eager", compare_outputs(draw_outputs, reference))
         _merge_worst(worst, "vs_fp64", compare_outputs(draw_outputs, reference64))
         _merge_worst(worst, "eager_vs_fp64", compare_outputs(reference, reference64))
+        output_scale = max([output_scale] + [float(t.abs().max()) for t in reference64
+                                             if t.is_floating_point() and t.numel()])
     del model64
     vs_eager, vs_fp64, eager_vs_fp64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
+    # fp32 must agree with eager fp32; reduced precision must be about as accurate as
+    # eager at that precision, both measured against float64.
+    dtype_name = spec.get("dtype", "fp32")
+    verdict = vs_eager if dtype_name == "fp32" else reduced_precision_verdict(
+        vs_fp64, eager_vs_fp64, dtype_name, output_scale)
     result.update(
-        numerics_ok=vs_eager["ok"],
-        numerics_error=vs_eager.get("error"),
+        numerics_ok=verdict["ok"],
+        numerics_error=verdict.get("error"),
         numerics_draws=draws,
         max_abs_err=vs_eager.get("max_abs"),
         max_rel_err=vs_eager.get("max_rel"),
-        tolerance=vs_eager.get("tolerance"),
+        tolerance=verdict.get("tolerance"),
         max_abs_err_fp64=vs_fp64.get("max_abs"),
         max_rel_err_fp64=vs_fp64.get("max_rel"),
         eager_max_abs_err_fp64=eager_vs_fp64.get("max_abs"),

@@ -1,0 +1,110 @@
+"""The model suite, batch sweeps and reduced precision."""
+import math
+
+import pytest
+import torch
+
+from conftest import FIXTURES, load_results, run_cli
+from workloads import WorkloadError, build_model, builtin_workloads, make_inputs, resolve_workloads
+
+MODELS = ["resnet", "mobilenet_v2", "bert", "gpt2", "vit"]
+TINY = FIXTURES / "tiny_workloads.py"
+
+
+def test_model_suite_is_selected_by_suite():
+    assert list(builtin_workloads("models")) == MODELS
+    assert [w.name for w in resolve_workloads(None, suite="models")] == MODELS
+    assert len(resolve_workloads(None, suite="all")) == 10
+    # named workloads come from any suite
+    assert [w.name for w in resolve_workloads(["gpt2", "mlp"])] == ["gpt2", "mlp"]
+    with pytest.raises(WorkloadError, match="unknown suite"):
+        resolve_workloads(None, suite="nope")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_small_model_is_deterministic_finite_and_batchable(name):
+    w = builtin_workloads()[name]
+    specs = w.input_specs("small")
+    with torch.no_grad():
+        a = build_model(w, "small")(*make_inputs(specs))
+        b = build_model(w, "small")(*make_inputs(specs))
+    assert torch.equal(a, b) and torch.isfinite(a).all()
+    # --batch rewrites the batch parameter: inputs, outputs and the cache key follow it
+    w3 = w.with_batch(3)
+    assert w3.input_specs("small")[0].shape[0] == 3 and w3.batch_of("small") == 3
+    assert w3.key("small") != w.key("small") and w.with_batch(None) is w
+    with torch.no_grad():
+        out = build_model(w3, "small")(*make_inputs(w3.input_specs("small")))
+    assert out.shape[0] == 3
+
+
+def test_default_sizes_are_the_published_shapes():
+    params = {n: builtin_workloads()[n].params("default") for n in MODELS}
+    assert params["resnet"]["depth"] == 18 and params["resnet"]["hw"] == 224
+    assert params["mobilenet_v2"]["width_mult"] == 1.0 and params["mobilenet_v2"]["hw"] == 224
+    assert (params["vit"]["dim"], params["vit"]["layers"], params["vit"]["patch"]) == (192, 12, 16)
+    resnet = build_model(builtin_workloads()["resnet"], "default")
+    assert 11e6 < sum(p.numel() for p in resnet.parameters()) < 12e6  # ResNet-18: 11.7 M
+
+
+def test_with_batch_refuses_workloads_without_a_batch_dimension(tmp_path):
+    w = builtin_workloads()["mlp"]
+    import dataclasses
+
+    unbatched = dataclasses.replace(w, batch_param=None)
+    with pytest.raises(WorkloadError, match="no batch dimension"):
+        unbatched.with_batch(2)
+    with pytest.raises(WorkloadError, match="positive"):
+        w.with_batch(0)
+
+
+def test_reduced_precision_verdict_scales_with_eager_error():
+    from compare.measure import reduced_precision_verdict
+
+    eager = {"max_abs": 0.01}
+    assert reduced_precision_verdict({"max_abs": 0.03}, eager, "bf16", 1.0)["ok"]
+    bad = reduced_precision_verdict({"max_abs": 0.2}, eager, "bf16", 1.0)
+    assert not bad["ok"] and "exceeds" in bad["error"]
+    assert not reduced_precision_verdict({"max_abs": math.inf, "error": "non-finite"}, eager, "fp16", 1.0)["ok"]
+    # a perfect eager still leaves one unit of roundoff at the output's scale
+    assert reduced_precision_verdict({"max_abs": 1e-3}, {"max_abs": 0.0}, "fp16", 2.0)["ok"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0"], "must be positive"),
+    (["--batch", "2,2"], "twice"),
+    (["--dtype", "fp8"], "unknown dtype"),
+    (["--suite", "nope"], "invalid choice"),
+])
+def test_bad_sweep_options_are_one_line_usage_errors(argv, message, tmp_path):
+    proc = run_cli(*argv, "--output-dir", tmp_path, "--no-history")
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("--workload-file", TINY, "--workloads", "tiny_linear,elementwise_chain", "--size", "small",
+                   "--backends", "ort", "--batch", "1,5", "--dtype", "fp32,bf16", "--threads", "1",
+                   "--time-budget", "0.2", "--min-samples", "3", "--output-dir", out, "--no-history", "--quiet")
+    data = load_results(out)
+    cells = {(c["workload"], c["backend"], c["batch"], c["dtype"]): c for c in data["cells"]}
+    # elementwise_chain's batch dimension is its rows: it is swept too
+    assert len(cells) == 2 * 2 * 2 * 2, proc.stderr
+    for batch in (1, 5):
+        for dtype in ("fp32", "bf16"):
+            eager = cells[("tiny_linear", "eager", batch, dtype)]
+            assert eager["status"] == "ok", eager
+            assert eager["latency_ms"]["median"] > 0
+    # the batch reached the model: bf16 eager ran, and a bigger batch is a different cache key
+    keys = {c["workload_key"] for c in data["cells"] if c["workload"] == "tiny_linear" and c["backend"] == "eager"}
+    assert len(keys) == 4
+    assert cells[("tiny_linear", "eager", 5, "bf16")]["tolerance"]["factor_of_eager_error"] > 0
+    # ORT's CPU provider has no bf16 kernels for these ops: unavailable with the reason, not faked
+    ort_bf16 = cells[("tiny_linear", "ort", 1, "bf16")]
+    assert ort_bf16["status"] in ("unavailable", "failed") and ort_bf16["error"]
+    assert cells[("tiny_linear", "ort", 5, "fp32")]["status"] == "ok"
+    summary = (out / "summary.md").read_text()
+    assert "tiny_linear[b5,bf16]" in summary and "tiny_linear[b1]" in summary
+    csv = (out / "results.csv").read_text().splitlines()[0].split(",")
+    assert "batch" in csv and "dtype" in csv
