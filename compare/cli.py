@@ -386,7 +386,7 @@ def _transient(cell) -> bool:
 def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     from rich.console import Console
 
-    from .report import problems, rich_table
+    from .report import problems, rich_geomean_table, rich_table
     from .runner import RunInterrupted, Runner
 
     stored = None
@@ -427,6 +427,9 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     finalize_outputs(results, config, args, console)
     out = wide_console()
     out.print(rich_table(results))
+    geo = rich_geomean_table(results)
+    if geo is not None:
+        out.print(geo)
     issues = problems(results)
     for line in issues:
         out.print(f"[red]problem:[/red] {line}", highlight=False)
@@ -551,7 +554,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
 
     from .html_report import write_html
-    from .report import rich_table, write_tables
+    from .report import rich_geomean_table, rich_table, write_tables
     from .results import RunResults
 
     results = RunResults.load(args.run_dir)
@@ -564,5 +567,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .paper import write_paper
 
         write_paper(results, run_dir)
-    wide_console().print(rich_table(results))
+    console = wide_console()
+    console.print(rich_table(results))
+    geo = rich_geomean_table(results)
+    if geo is not None:
+        console.print(geo)
     return EXIT_OK

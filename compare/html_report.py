@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import environment_line, problems, summary_rows, SUMMARY_COLUMNS
+from .report import SUMMARY_COLUMNS, environment_line, geomean_rows, problems, summary_rows
 from .results import RunResults, atomic_write_text
 
 PHASE_ORDER = ["export", "import", "trace", "codegen", "tune", "build", "compile", "session", "load", "first_call"]
@@ -205,8 +205,38 @@ def plot_numerics(results: RunResults) -> str | None:
     return _figure_to_data_uri(fig)
 
 
+def plot_batch_scaling(results: RunResults) -> str | None:
+    """Throughput against batch size, one panel per workload and dtype (batch sweeps only)."""
+    cells = [c for c in _ok_cells(results) if c.batch is not None and c.latency_ms]
+    if len({c.batch for c in cells}) < 2:
+        return None
+    plt = _plt()
+    panels = list(dict.fromkeys((c.workload, c.dtype) for c in cells))
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, (w, dtype) in zip(axes.flat, panels):
+        for backend in dict.fromkeys(c.backend for c in cells):
+            points = sorted((c.batch, c.batch / (c.latency_ms.median / 1e3)) for c in cells
+                            if c.workload == w and c.dtype == dtype and c.backend == backend)
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=backend)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(w if dtype == "fp32" else f"{w} ({dtype})", fontsize=9)
+        ax.set_xlabel("batch")
+        ax.set_ylabel("samples / s")
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("Throughput by batch size (median latency)")
+    fig.tight_layout()
+    return _figure_to_data_uri(fig)
+
+
 PLOTS = [
     ("Speedup vs eager", plot_speedups),
+    ("Batch scaling", plot_batch_scaling),
     ("Compile time by phase", plot_compile_phases),
     ("Amortization", plot_amortization),
     ("TVM tuning curves", plot_tuning_curves),
@@ -242,6 +272,10 @@ def render_html(results: RunResults) -> str:
         "<h2>Summary</h2>",
         pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
     ]
+    geo = geomean_rows(results)
+    if geo:
+        parts += ["<h2>Geometric-mean speedup per backend</h2>",
+                  pd.DataFrame(geo).to_html(index=False, escape=True)]
     for title, plot in PLOTS:
         uri = plot(results)
         if uri:

@@ -41,7 +41,7 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str]) ->
 
 def run_cells(runner, results, cells: list[tuple[Any, str, Any, str]], address: str | None = None,
               share_cores: bool = False) -> None:
-    """Fan ``cells`` (workload object, backend) out as Ray tasks; record each as it lands."""
+    """Fan ``cells`` (workload object, backend, batch, dtype) out as Ray tasks; record each as it lands."""
     import ray
 
     from .runner import RunInterrupted, worker_env

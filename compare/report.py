@@ -141,6 +141,32 @@ def problems(results: RunResults) -> list[str]:
     return out
 
 
+def geomean_rows(results: RunResults) -> list[dict[str, Any]]:
+    """Geometric-mean speedup over eager per backend, batch and dtype, over the cells that
+    ran and agreed numerically (slowdowns count as such). Cells left out are counted."""
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in results.cells:
+        if cell.backend != "eager":
+            groups.setdefault((cell.backend, cell.batch, cell.dtype), []).append(cell)
+    rows = []
+    for (backend, batch, dtype), cells in groups.items():
+        counted = [c.speedup for c in cells if c.status == "ok" and c.numerics_ok is not False
+                   and isinstance(c.speedup, (int, float)) and c.speedup > 0]
+        geomean = math.exp(sum(math.log(x) for x in counted) / len(counted)) if counted else None
+        left_out = [f"{c.workload} ({c.status if c.status != 'ok' else 'numerics'})" for c in cells
+                    if not (c.status == "ok" and c.numerics_ok is not False)]
+        rows.append({
+            "backend": backend,
+            "batch": "own" if batch is None else batch,
+            "dtype": dtype,
+            "geomean speedup": f"{geomean:.2f}x" if geomean else "-",
+            "slower than eager": f"{sum(x < 1 for x in counted)} of {len(counted)}",
+            "range": f"{min(counted):.2f}-{max(counted):.2f}x" if counted else "-",
+            "left out": ", ".join(left_out) or "-",
+        })
+    return rows
+
+
 def environment_line(results: RunResults) -> str:
     env = results.environment
     versions = env.get("versions", {})
@@ -162,6 +188,12 @@ def summary_markdown(results: RunResults) -> str:
         "backend in the same worker, and the speedup interval is a bootstrap 95% CI of the ratio of medians. "
         "Break-even calls = compile s / (eager latency - backend latency).",
     ]
+    geo = geomean_rows(results)
+    if geo:
+        lines += ["", "## Geometric-mean speedup per backend", "",
+                  pd.DataFrame(geo).to_markdown(index=False), "",
+                  "Over the cells that ran and agreed with the reference; cells that failed, were unavailable "
+                  "or disagreed numerically are left out and listed."]
     issues = problems(results)
     if issues:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in issues]
@@ -183,4 +215,18 @@ def rich_table(results: RunResults):
     styles = {"ok": "", "unavailable": "dim", "failed": "red", "timeout": "red", "out_of_memory": "red"}
     for cell, row in zip(results.cells, summary_rows(results)):
         table.add_row(*row, style=styles.get(cell.status, ""))
+    return table
+
+
+def rich_geomean_table(results: RunResults):
+    from rich.table import Table
+
+    rows = geomean_rows(results)
+    if not rows:
+        return None
+    table = Table(title="geometric-mean speedup over eager (cells that ran and agreed)")
+    for column in rows[0]:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
     return table

@@ -108,3 +108,25 @@ def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
     assert "tiny_linear[b5,bf16]" in summary and "tiny_linear[b1]" in summary
     csv = (out / "results.csv").read_text().splitlines()[0].split(",")
     assert "batch" in csv and "dtype" in csv
+    html = (out / "report.html").read_text()
+    assert "Batch scaling" in html and "Geometric-mean speedup per backend" in html
+
+
+def test_geomean_per_backend_counts_slowdowns_and_lists_what_it_leaves_out():
+    from compare.report import geomean_rows, summary_markdown
+    from compare.results import Cell, RunResults
+
+    def cell(workload, backend, speedup, status="ok", numerics_ok=True, batch=None):
+        return Cell(workload=workload, backend=backend, status=status, speedup=speedup,
+                    numerics_ok=numerics_ok, batch=batch)
+
+    results = RunResults(environment={}, config={}, cells=[
+        cell("a", "eager", 1.0), cell("a", "x", 4.0), cell("b", "x", 0.25), cell("c", "x", 9.0, numerics_ok=False),
+        cell("d", "x", None, status="failed"), cell("a", "x", 2.0, batch=8),
+    ])
+    rows = {(r["backend"], r["batch"]): r for r in geomean_rows(results)}
+    assert rows[("x", "own")]["geomean speedup"] == "1.00x"  # sqrt(4 * 0.25): the slowdown counts
+    assert rows[("x", "own")]["slower than eager"] == "1 of 2"
+    assert rows[("x", "own")]["left out"] == "c (numerics), d (failed)"
+    assert rows[("x", 8)]["geomean speedup"] == "2.00x"
+    assert "Geometric-mean speedup per backend" in summary_markdown(results)
