@@ -534,7 +534,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             w.name, suite, w.description,
             "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),
             f"{w.batch_param}={w.batch_of(args.size)}" if w.batch_param else "-",
-            "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),
             "; ".join(", ".join(f"{d}={n}" for d, n in s.dynamic_dims.items()) for s in specs),
             w.source,
         )

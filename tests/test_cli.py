@@ -47,5 +47,8 @@ def test_unwritable_output_dir(tmp_path):
 def test_list_shows_workloads_and_backends():
     proc = run_cli("--list")
     assert proc.returncode == 0
-    for name in ("elementwise_chain", "norm_residual", "conv", "mlp", "attention", "eager", "inductor", "ort"):
+    for name in ("elementwise_chain", "norm_residual", "conv", "mlp", "attention", "eager", "inductor", "ort",
+                 "resnet", "mobilenet_v2", "bert", "gpt2", "vit"):
         assert name in proc.stdout
+    resnet_row = next(line for line in proc.stdout.splitlines() if "│ resnet" in line)
+    assert "models" in resnet_row and "image: float32[1, 3, 224, 224]" in resnet_row and "batch=1" in resnet_row
