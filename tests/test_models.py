@@ -130,3 +130,48 @@ def test_geomean_per_backend_counts_slowdowns_and_lists_what_it_leaves_out():
     assert rows[("x", "own")]["left out"] == "c (numerics), d (failed)"
     assert rows[("x", 8)]["geomean speedup"] == "2.00x"
     assert "Geometric-mean speedup per backend" in summary_markdown(results)
+
+
+def _check_every_cell_is_measured_or_explained(data, proc):
+    for c in data["cells"]:
+        where = f"{c['workload']}[{c['dtype']}] / {c['backend']}"
+        assert c["status"] in ("ok", "unavailable", "failed"), (where, c["status"], c.get("error"))
+        if c["status"] == "ok":
+            assert c["latency_ms"]["median"] > 0 and c["compile_s"] is not None, where
+            if c["numerics_ok"] is False:
+                assert c["numerics_error"], where
+        else:
+            assert c["error"] and len(c["error"].splitlines()) == 1, where
+        if c["backend"] == "eager":
+            assert c["status"] == "ok" and c["numerics_ok"], where
+    # exit 1 exactly when some cell failed or disagreed with the reference
+    bad = [c for c in data["cells"] if c["status"] == "failed" or c.get("numerics_ok") is False]
+    assert proc.returncode == (1 if bad else 0), proc.stderr[-2000:]
+
+
+def test_models_lower_through_every_compiler_or_say_why(tmp_path):
+    """A CNN and a causal decoder at the small size through each real compiler (TVM
+    untuned: tuning 20+ tasks does not fit a test run)."""
+    out = tmp_path / "run"
+    proc = run_cli("--suite", "models", "--workloads", "resnet,gpt2", "--size", "small",
+                   "--backends", "inductor,ort,tvm-untuned,iree", "--threads", "2", "--time-budget", "0.3",
+                   "--min-samples", "3", "--output-dir", out, "--no-history", "--quiet", timeout=1200)
+    data = load_results(out)
+    assert len(data["cells"]) == 2 * 5
+    _check_every_cell_is_measured_or_explained(data, proc)
+    # ONNX Runtime and IREE lower both architectures correctly
+    for w in ("resnet", "gpt2"):
+        for b in ("ort", "iree", "inductor"):
+            cell = next(c for c in data["cells"] if c["workload"] == w and c["backend"] == b)
+            assert cell["status"] == "ok" and cell["numerics_ok"], (w, b, cell.get("error"), cell.get("numerics_error"))
+
+
+@pytest.mark.slow
+def test_whole_model_suite_in_fp32_and_fp16(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("--suite", "models", "--size", "small", "--dtype", "fp32,fp16",
+                   "--backends", "inductor,ort,tvm-untuned,iree", "--threads", "2", "--time-budget", "0.3",
+                   "--min-samples", "3", "--output-dir", out, "--no-history", "--quiet", timeout=2400)
+    data = load_results(out)
+    assert len(data["cells"]) == 5 * 2 * 5
+    _check_every_cell_is_measured_or_explained(data, proc)
