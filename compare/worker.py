@@ -36,11 +36,20 @@ def looks_out_of_memory(text: str) -> bool:
     return any(marker in text for marker in OOM_MARKERS)
 
 
-def one_line(exc: BaseException, limit: int = 400) -> str:
+def one_line(exc: BaseException, limit: int = 400, keep_end: bool = False) -> str:
+    """The error in one line of at most ``limit`` characters. ``keep_end``: compilers that
+    reject a type state why at the end of a long message (after a dump of the op), so keep
+    the type, then the end of the last line."""
     text = f"{type(exc).__name__}: {exc}".strip()
-    first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(exc).__name__]
+    if keep_end:
+        head = f"{type(exc).__name__}: "
+        last = lines[-1].removeprefix(head)
+        room = limit - len(head)
+        return head + (last if len(last) <= room else "..." + last[-(room - 3):])
+    first = lines[0]
     # Compiler errors often put the useful line last; keep the first and hint at more.
-    if len(text.splitlines()) > 1:
+    if len(lines) > 1:
         first += " [...]"
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
@@ -175,7 +184,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         from adapters import BackendUnavailable
 
         raise BackendUnavailable(f"{spec['backend']} cannot lower this model in {spec['dtype']}: "
-                                 f"{one_line(exc)}") from None
+                                 f"{one_line(exc, 300, keep_end=True)}") from None
     prepared = compiled.prepare(inputs)
     if "first_call" in ctx.phases:
         raw = compiled.run(prepared)

@@ -175,3 +175,13 @@ def test_whole_model_suite_in_fp32_and_fp16(tmp_path):
     data = load_results(out)
     assert len(data["cells"]) == 5 * 2 * 5
     _check_every_cell_is_measured_or_explained(data, proc)
+
+
+def test_a_type_rejection_keeps_the_reason_at_the_end_of_a_long_message():
+    from compare.worker import one_line
+
+    dump = "ir.Op(" + "x" * 2000 + ") requires all the input tensors to have the same dtype. However, the gamma has dtype T.float16"
+    line = one_line(TypeError(dump), 300, keep_end=True)
+    assert line.startswith("TypeError: ...") and line.endswith("gamma has dtype T.float16") and len(line) <= 300
+    assert one_line(RuntimeError("trace\nmore\nthe reason"), keep_end=True) == "RuntimeError: the reason"
+    assert one_line(RuntimeError("first\nsecond")) == "RuntimeError: first [...]"
