@@ -39,6 +39,31 @@ def _ok_cells(results: RunResults):
     return [c for c in results.cells if c.status == "ok" and c.latency_ms is not None]
 
 
+def _panel_grid(plt, count: int):
+    """Up to three panels per row; returns the figure and its axes as a flat list."""
+    cols = min(3, count)
+    rows = math.ceil(count / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    return fig, list(axes.flat)
+
+
+def _log_log_panel(ax, title: str, xlabel: str, ylabel: str, xbase: int = 10) -> None:
+    ax.set_xscale("log", base=xbase)
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=6)
+
+
+def _finish_panels(fig, axes, used: int, title: str) -> str:
+    for ax in axes[used:]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _figure_to_data_uri(fig)
+
+
 def plot_speedups(results: RunResults) -> str | None:
     cells = [c for c in _ok_cells(results) if c.backend != "eager" and c.speedup]
     if not cells:
@@ -98,10 +123,8 @@ def plot_amortization(results: RunResults) -> str | None:
         return None
     plt = _plt()
     workloads = list(dict.fromkeys(c.label for c in cells))
-    cols = min(3, len(workloads))
-    rows = math.ceil(len(workloads) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, w in zip(axes.flat, workloads):
+    fig, axes = _panel_grid(plt, len(workloads))
+    for ax, w in zip(axes, workloads):
         eager_drawn = False
         for c in (c for c in cells if c.label == w):
             ns = [p["calls"] for p in c.amortization]
@@ -109,17 +132,8 @@ def plot_amortization(results: RunResults) -> str | None:
             if not eager_drawn:
                 ax.plot(ns, [p["eager_s"] for p in c.amortization], "k--", label="eager")
                 eager_drawn = True
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(w, fontsize=9)
-        ax.set_xlabel("calls")
-        ax.set_ylabel("cumulative s")
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(workloads):]:
-        ax.axis("off")
-    fig.suptitle("Compile + n x latency against n x eager latency")
-    fig.tight_layout()
-    return _figure_to_data_uri(fig)
+        _log_log_panel(ax, w, "calls", "cumulative s")
+    return _finish_panels(fig, axes, len(workloads), "Compile + n x latency against n x eager latency")
 
 
 def plot_tuning_curves(results: RunResults) -> str | None:
@@ -212,26 +226,15 @@ def plot_batch_scaling(results: RunResults) -> str | None:
         return None
     plt = _plt()
     panels = list(dict.fromkeys((c.workload, c.dtype) for c in cells))
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, (w, dtype) in zip(axes.flat, panels):
+    fig, axes = _panel_grid(plt, len(panels))
+    for ax, (w, dtype) in zip(axes, panels):
         for backend in dict.fromkeys(c.backend for c in cells):
             points = sorted((c.batch, c.batch / (c.latency_ms.median / 1e3)) for c in cells
                             if c.workload == w and c.dtype == dtype and c.backend == backend)
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=backend)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(w if dtype == "fp32" else f"{w} ({dtype})", fontsize=9)
-        ax.set_xlabel("batch")
-        ax.set_ylabel("samples / s")
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.suptitle("Throughput by batch size (median latency)")
-    fig.tight_layout()
-    return _figure_to_data_uri(fig)
+        _log_log_panel(ax, w if dtype == "fp32" else f"{w} ({dtype})", "batch", "samples / s", xbase=2)
+    return _finish_panels(fig, axes, len(panels), "Throughput by batch size (median latency)")
 
 
 PLOTS = [
