@@ -168,15 +168,11 @@ DTYPE_EPS = {"fp32": 2.0**-23, "bf16": 2.0**-7, "fp16": 2.0**-10}
 REDUCED_PRECISION_FACTOR = 4.0
 
 
-class _TorchDtypes(dict):
-    def __missing__(self, name):
-        import torch
+def torch_dtype(name: str):
+    """The torch dtype for a --dtype name (torch is imported only when asked)."""
+    import torch
 
-        self[name] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
-        return self[name]
-
-
-TORCH_DTYPES = _TorchDtypes()
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 def reduced_precision_verdict(vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, Any], dtype: str,

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .measure import TORCH_DTYPES
+from .measure import torch_dtype
 
 EVENT_PREFIX = "@@dlcompare "
 
@@ -158,7 +158,8 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     emit(phase="setup")
     (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
     workload = workload.with_batch(spec.get("batch"))
-    dtype = TORCH_DTYPES[spec.get("dtype", "fp32")]
+    dtype_name = spec.get("dtype", "fp32")
+    dtype = torch_dtype(dtype_name)
     specs = workload.input_specs(spec["size"])
     # Weights and floating inputs in the cell's precision; eager runs at that precision too.
     model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
@@ -178,12 +179,12 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         # A compiler that cannot lower the model at reduced precision lacks that support
         # (an exporter without the dtype, no kernels for it, a frontend that types it
         # wrong): the cell is unavailable at this dtype, with the compiler's own words.
-        if spec.get("dtype", "fp32") == "fp32" or looks_out_of_memory(str(exc)):
+        if dtype_name == "fp32" or looks_out_of_memory(str(exc)):
             raise
         traceback.print_exc()
         from adapters import BackendUnavailable
 
-        raise BackendUnavailable(f"{spec['backend']} cannot lower this model in {spec['dtype']}: "
+        raise BackendUnavailable(f"{spec['backend']} cannot lower this model in {dtype_name}: "
                                  f"{one_line(exc, 300, keep_end=True)}") from None
     prepared = compiled.prepare(inputs)
     if "first_call" in ctx.phases:
@@ -237,7 +238,6 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     vs_eager, vs_fp64, eager_vs_fp64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
     # fp32 must agree with eager fp32; reduced precision must be about as accurate as
     # eager at that precision, both measured against float64.
-    dtype_name = spec.get("dtype", "fp32")
     verdict = vs_eager if dtype_name == "fp32" else reduced_precision_verdict(
         vs_fp64, eager_vs_fp64, dtype_name, output_scale)
     result.update(
