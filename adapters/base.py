@@ -34,6 +34,9 @@ class CompileContext:
     options: dict[str, Any] = field(default_factory=dict)  # backend options from the CLI
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds (runner's clock)
     info: dict[str, Any] = field(default_factory=dict)  # extra facts an adapter reports
+    # A tuned backend: wall seconds of all the tuning behind what it built (this run's
+    # and earlier runs' for a reused log); None when unknown or not tuned.
+    tuning_s: float | None = None
     on_phase: Any = None  # callback(name) so the parent can show progress
 
     def persistent_dir(self, backend: str, target: str) -> Path:
@@ -85,6 +88,10 @@ class Backend(ABC):
     install_hint: str = ""
     devices: tuple[str, ...] = ("cpu",)
     compiles: bool = True  # False for the eager reference: no artifacts, no cache
+    # Python modules the backend needs, imported by the worker in a timed ``import``
+    # phase before compiling: no backend's compile time holds its own imports (or
+    # not others'), and the memory they load is measured on its own.
+    runtime_modules: tuple[str, ...] = ()
 
     def available(self, device: str = "cpu") -> tuple[bool, str]:
         """(True, "") when this backend can run on ``device`` here, else (False, reason)."""
@@ -112,6 +119,11 @@ class Backend(ABC):
             except importlib.metadata.PackageNotFoundError:
                 out[dist] = "not installed"
         return out
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        """The configuration this backend runs with for this cell (recorded in the cell):
+        what its own documentation advises for CPU inference, and anything we chose."""
+        return {}
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
         """Environment variables the worker sets before importing any framework

@@ -37,5 +37,8 @@ class EagerBackend(Backend):
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
 
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        return {"no_grad": True, "eval_mode": True}
+
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         return TorchCompiled(module, ctx.device)

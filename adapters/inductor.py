@@ -16,14 +16,30 @@ from .eager import TorchCompiled
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def freezing_on(ctx: CompileContext) -> bool:
+    """Freezing (weights folded in as constants, then constant-folded and prepacked) is
+    what PyTorch advises for CPU inference with Inductor, and what ORT, TVM and IREE do
+    with weights anyway; ``--inductor-freezing off`` keeps the old behaviour."""
+    return bool(ctx.options.get("inductor_freezing", True))
+
+
 class InductorBackend(Backend):
     name = "inductor"
     description = "TorchInductor via torch.compile (C++/OpenMP on CPU, Triton on CUDA)"
     packages = ("torch",)
     devices = ("cpu", "cuda")
+    runtime_modules = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
+                       "torch._inductor.scheduler")
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        import torch._inductor.config as config
+
+        return {"mode": ctx.options.get("inductor_mode", "default"), "freezing": freezing_on(ctx),
+                "dynamic": bool(ctx.options.get("dynamic", False)), "cpp_wrapper": bool(config.cpp_wrapper),
+                "fx_graph_cache": bool(config.fx_graph_cache), "no_grad": True}
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
         # Inductor reads its cache folder from the environment: a fresh folder per
@@ -37,6 +53,7 @@ class InductorBackend(Backend):
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         import torch
         import torch._dynamo
+        import torch._inductor.config
         from torch._dynamo.utils import compilation_time_metrics, counters
 
         mode = ctx.options.get("inductor_mode", "default")
@@ -46,6 +63,7 @@ class InductorBackend(Backend):
         # persistent store (warm) before torch is imported; record where it went.
         ctx.info["inductor_cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         ctx.info["inductor_mode"] = mode
+        torch._inductor.config.freezing = freezing_on(ctx)
         dynamic = ctx.options.get("dynamic", False)
         compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=dynamic)
 
@@ -77,12 +95,14 @@ class InductorBackend(Backend):
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         import torch
         import torch._dynamo
+        import torch._inductor.config
         from torch._dynamo.utils import counters
 
         # specialize: dynamo recompiles for every new shape (its cap lifted, and no
         # automatic switch to dynamic); symbolic: one graph with symbolic sizes.
         torch._dynamo.config.recompile_limit = 1024
         torch._dynamo.config.automatic_dynamic_shapes = False
+        torch._inductor.config.freezing = freezing_on(ctx)
         compiled = torch.compile(module, backend="inductor", dynamic=(strategy == "symbolic"))
         return DelegatingSession(self, TorchCompiled(compiled, ctx.device),
                                  count=lambda: dict(counters["stats"]).get("unique_graphs", 0))

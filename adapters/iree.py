@@ -50,11 +50,22 @@ class IreeBackend(Backend):
     packages = ("iree-base-compiler", "iree-base-runtime", "iree-turbine")
     install_hint = "pip install -e '.[iree]'"
     devices = ("cpu", "cuda")
+    runtime_modules = ("iree.compiler", "iree.runtime", "iree.turbine.aot")
     # IREE 3.13 fails to compile for sm_90 (a known upstream bug): fall back through these.
     CUDA_FALLBACKS = ("sm_90", "sm_89", "sm_86", "sm_80")
 
     def required_modules(self) -> tuple[str, ...]:
         return ("iree.compiler", "iree.runtime", "iree.turbine")
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        driver = _driver(ctx)
+        out: dict[str, Any] = {"driver": driver, "input": "iree-turbine aot.export (torch.export)"}
+        if ctx.device == "cpu":
+            # IREE's docs: target the host CPU, or the code is generic x86-64 (~6x slower here).
+            out.update({"target_backends": "llvm-cpu", "iree-llvmcpu-target-cpu": "host"})
+        if driver == "local-task":
+            out["task_topology_group_count"] = ctx.threads
+        return out
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
         folder, expected = artifacts.store_for(self, ctx)
@@ -99,20 +110,16 @@ class IreeBackend(Backend):
         import iree.runtime as rt
 
         with ctx.phase("load"):
-            if ctx.device == "cuda":
-                driver = "cuda"
-            else:
-                driver = "local-sync" if ctx.threads == 1 else "local-task"
-            if driver == "local-task":
-                # One worker per thread of the run, like every other backend.
-                rt.flags.parse_flags(f"--task_topology_max_group_count={ctx.threads}")
-            config = rt.Config(driver)
+            driver = _driver(ctx)
+            config = _shared_config(driver, ctx.threads)
             context = rt.SystemContext(config=config)
             vm_module = rt.VmModule.mmap(config.vm_instance, str(vmfb))
             context.add_vm_module(vm_module)
             module_name = vm_module.name
             function = context.modules[module_name]["main"]
         ctx.info["driver"] = driver
+        if driver == "local-task":
+            ctx.info["task_workers_observed"] = iree_worker_threads()
         return IreeCompiled(function, config.device, (context, vm_module, config))
 
     @classmethod
@@ -129,6 +136,40 @@ class IreeBackend(Backend):
                 exported.session.set_flags("--iree-llvmcpu-target-cpu=host")
                 exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
             os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one
+
+
+def _driver(ctx: CompileContext) -> str:
+    if ctx.device == "cuda":
+        return "cuda"
+    return "local-sync" if ctx.threads == 1 else "local-task"
+
+
+_CONFIGS: dict[str, Any] = {}
+
+
+def _shared_config(driver: str, threads: int):
+    """One IREE device per process: every module loaded here (one per shape in the
+    dynamic-shape experiment) shares its workers, instead of each adding its own pool."""
+    import iree.runtime as rt
+
+    if driver not in _CONFIGS:
+        if driver == "local-task":
+            # Exactly one worker per thread of the run, like every other backend.
+            # (--task_topology_max_group_count only caps IREE's physical-core topology,
+            # which can give fewer workers than threads on SMT siblings.)
+            rt.flags.parse_flags(f"--task_topology_group_count={threads}")
+        _CONFIGS[driver] = rt.Config(driver)
+    return _CONFIGS[driver]
+
+
+def iree_worker_threads() -> int | None:
+    """IREE's task workers alive in this process, counted by the names IREE's runtime
+    gives their threads (``iree-worker-N``): the worker count as IREE itself set it up."""
+    try:
+        names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
+    except OSError:
+        return None
+    return sum(name.startswith("iree-worker") for name in names)
 
 
 def _cuda_archs(ctx: CompileContext) -> list[str]:

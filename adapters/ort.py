@@ -71,6 +71,17 @@ class OrtBackend(Backend):
     packages = ("onnxruntime", "onnx", "onnxscript")
     install_hint = "pip install -e '.[ort]'"
     devices = ("cpu", "cuda")
+    runtime_modules = ("onnxruntime", "onnx", "onnxscript", "torch.onnx._internal.exporter._core")
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        # ORT's performance guide: ORT_ENABLE_ALL graph optimizations, intra-op threads =
+        # the cores to use, sequential execution for a single-stream graph. Spinning is the
+        # one setting changed from ORT's default, and why is in _session_options.
+        return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": ctx.threads,
+                "inter_op_num_threads": 1, "execution_mode": "ORT_SEQUENTIAL",
+                "session.intra_op.allow_spinning": "0", "enable_cpu_mem_arena": True,
+                "providers": self.providers(ctx), "onnx_opset": ctx.options.get("onnx_opset", 18),
+                "exporter": "torch.onnx.export(dynamo=True)"}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("onnxruntime", "onnx", "onnxscript")
@@ -169,5 +180,4 @@ class OrtBackend(Backend):
         # few cores, the spinning threads stole eager's cores (eager measured 2-3x
         # slower than alone). Blocking workers keep the comparison fair.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        ctx.info["intra_op_allow_spinning"] = 0
         return options

@@ -203,6 +203,7 @@ def list_logs(root: str | Path, backend: str = "tvm") -> list[dict[str, Any]]:
             "workload": folder.name,
             "trials": len(records),
             "budget": meta.get("trials_budget"),
+            "tuning_s": meta.get("tuning_s"),  # wall seconds of the tuning behind the log; None: not recorded
             "tasks": len(best),
             "best_ms_per_task": [round(best[k], 4) for k in sorted(best)],
             "bytes": size,

@@ -6,8 +6,9 @@ XGBoost cost model) and keeps the tuning log under
 ``tvm-untuned`` builds the same graph with TVM's default CPU pipeline and no
 schedules at all, so a user sees what tuning buys.
 
-Phases: ``export`` (torch.export), ``import`` (Relax frontend), ``tune`` (0 when
-the log is reused), ``build`` (apply records, compile), ``load`` (VM), ``first_call``.
+Phases: ``export`` (torch.export), ``frontend`` (the Relax importer), ``tune`` (0
+when the log is reused), ``build`` (apply records, compile), ``load`` (VM),
+``first_call``. Importing TVM itself is the worker's ``import`` phase.
 """
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ class _TvmBase(Backend):
     packages = ("apache-tvm", "apache-tvm-ffi")
     install_hint = "pip install -e '.[tvm]'"
     devices = ("cpu", "cuda")
+    runtime_modules = ("tvm", "tvm.relax", "tvm.relax.frontend.torch", "tvm.s_tir.meta_schedule",
+                       "tvm.s_tir.dlight")
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        import os
+
+        return {"frontend": "relax.frontend.torch.from_exported_program", "weights": "bound as constants",
+                "target": "cuda" if ctx.device == "cuda" else "llvm, mcpu = host (llvm_get_system_cpu)",
+                "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS")}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("tvm", "tvm_ffi")
@@ -92,7 +102,7 @@ class _TvmBase(Backend):
 
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        with ctx.phase("import"):
+        with ctx.phase("frontend"):
             # Weights are bound as constants (the default): kept as inputs they left
             # runtime transposes that cost more than the matmuls.
             mod = from_exported_program(exported, unwrap_unit_return_tuple=True)
@@ -171,6 +181,12 @@ class TvmBackend(_TvmBase):
     name = "tvm"
     description = "Apache TVM Relax + MetaSchedule auto-tuning (tuning logs kept and reused)"
 
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        return {**super().settings(ctx), "tuner": "MetaSchedule (evolutionary search, XGBoost cost model)",
+                "tvm_trials": int(ctx.options.get("tvm_trials", DEFAULT_TRIALS)),
+                "tvm_trials_per_task": ctx.options.get("tvm_trials_per_task"),
+                "cpu_weight_prepack": ctx.device != "cuda"}
+
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         raise BackendUnavailable(
             "MetaSchedule cannot tune symbolic shapes (DisallowDynamicLoop) and tuning per shape is out of "
@@ -243,15 +259,20 @@ class TvmBackend(_TvmBase):
                         builder=ms.builder.LocalBuilder(timeout_sec=120),
                         seed=int(ctx.options.get("seed", 0)),
                     )
+            tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if needed > 0 and tasks else 0.0)
             if needed > 0 and tasks:
                 store.commit(scratch, {
                     "trials_budget": budget_done + needed,
                     "tasks": len(tasks),
                     "task_names": info["task_names"],
                     "workload": ctx.workload_name,
+                    "tuning_s": tuning_s,
                 })
             after = store.inspect()
             info.update(
+                # Wall seconds of all the tuning that produced the log in use (this run's
+                # and earlier runs'); None for a log tuned before dlcompare recorded it.
+                tuning_s_total=tuning_s,
                 reused=needed == 0 and state.usable,
                 trials_budget_in_log=int(after.meta.get("trials_budget", 0)),
                 trials_in_log=after.records,
@@ -275,7 +296,17 @@ class TvmBackend(_TvmBase):
                     ])(mod)
             executable = tvm.compile(mod, target=target)
         ctx.info["tuning"] = info
+        ctx.tuning_s = info["tuning_s_total"]
         # "hit" here means: the tuning records were reused, no search ran.
         ctx.info["cache_result"] = "hit" if info["reused"] else "miss"
         ctx.info["cache_evidence"] = {"tuning_records_reused": info["reused"], "trials_in_log": info["trials_in_log"]}
         return self.load(executable, ctx)
+
+
+def _tuning_seconds(state, tuned_now_s: float) -> float | None:
+    """Seconds of tuning behind the log after this run: what the stored log cost plus
+    what this run added. Unknown (None) when the stored log has no such record."""
+    if not state.usable:
+        return tuned_now_s
+    before = state.meta.get("tuning_s")
+    return None if before is None else float(before) + tuned_now_s
