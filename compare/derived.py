@@ -1,12 +1,17 @@
-"""Figures derived from measured ones (never new measurements): amortization
-curves, memory relative to eager, roofline placement. Filled in by the runner
-before every save, so results.json carries them for reports and diffs."""
+"""Figures derived from measured ones (never new measurements): speedups and their
+intervals, break-even calls, the eager reference's drift, amortization curves and
+roofline placement. Filled in by the runner before every save, and again by
+``compare report``, so results.json always carries them."""
 from __future__ import annotations
 
-from .results import RunResults
+from .measure import break_even_calls, break_even_interval, speedup_interval
+from .measure import NOISY_REL_IQR
+from .results import Cell, RunResults
 from .roofline import place
 
 AMORTIZATION_CALLS = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+# An in-cell eager median further than this from the eager-only cell's is flagged.
+REFERENCE_TOLERANCE = 0.05
 
 
 def amortization_curve(compile_s: float, latency_ms: float, eager_ms: float) -> list[dict[str, float]]:
@@ -15,17 +20,74 @@ def amortization_curve(compile_s: float, latency_ms: float, eager_ms: float) -> 
             for n in AMORTIZATION_CALLS]
 
 
+def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
+    """(everything paid, this run's compile without tuning). For a tuned backend the
+    first adds every second of tuning behind its log, whether that tuning ran in this run
+    or an earlier one; None when the log's tuning time was never recorded."""
+    if cell.compile_s is None:
+        return None, None
+    tune_now = (cell.compile_phases or {}).get("tune", 0.0)
+    excluding = cell.compile_s - tune_now
+    if "tune" not in (cell.compile_phases or {}):
+        return cell.compile_s, None
+    return (None if cell.tuning_s is None else excluding + cell.tuning_s), excluding
+
+
+def fill_speedup(cell: Cell) -> None:
+    ref, stats = cell.eager_latency, cell.latency_ms
+    if ref is None or stats is None or not stats.median:
+        return
+    groups = cell.process_samples
+    cell.speedup = ref.median / stats.median
+    cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
+    if cell.backend == "eager":
+        cell.speedup_ci, cell.break_even_note = None, "reference"
+        return
+    paid, excluding = paid_seconds(cell)
+    if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
+        cell.speedup_ci = speedup_interval(ref, stats, groups)
+        cell.break_even_ci = break_even_interval(paid, ref, stats, groups)
+    cell.break_even_calls = break_even_calls(paid, ref.median, stats.median)
+    cell.break_even_calls_excl_tuning = break_even_calls(excluding, ref.median, stats.median)
+    if cell.speedup_ci[0] <= 1.0:
+        # Not faster beyond noise: no finite call count can be promised.
+        cell.break_even_calls = None
+        cell.break_even_note = "never: not faster than eager beyond noise"
+    elif paid is None:
+        cell.break_even_note = "unknown: the tuning time behind this log was not recorded"
+    else:
+        cell.break_even_note = None
+
+
 def fill_derived(results: RunResults) -> None:
-    eager_mem = {c.label: c.peak_rss_delta_mb for c in results.cells
-                 if c.backend == "eager" and c.status == "ok"}
+    eager_only = {c.label: c.latency_ms.median for c in results.cells
+                  if c.backend == "eager" and c.status == "ok" and c.latency_ms}
     ceilings = results.experiments.get("roofline_ceilings")
     for cell in results.cells:
         if cell.status != "ok" or cell.latency_ms is None:
             continue
+        fill_speedup(cell)
+        cell.eager_only_ms = eager_only.get(cell.label)
+        if cell.eager_only_ms and cell.eager_latency_ms:
+            cell.reference_deviation = cell.eager_latency_ms / cell.eager_only_ms - 1
         if cell.backend != "eager" and cell.compile_s is not None and cell.eager_latency_ms:
-            cell.amortization = amortization_curve(cell.compile_s, cell.latency_ms.median, cell.eager_latency_ms)
-        base = eager_mem.get(cell.label)
-        if base and cell.peak_rss_delta_mb is not None:
-            cell.peak_rss_ratio_vs_eager = cell.peak_rss_delta_mb / base
+            paid = paid_seconds(cell)[0]
+            cell.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
+                                                   cell.latency_ms.median, cell.eager_latency_ms)
         if ceilings and cell.work:
             cell.roofline = place(cell.work, cell.latency_ms.median, ceilings)
+
+
+def reference_spread(results: RunResults) -> dict | None:
+    """How far each in-cell eager median sits from its workload's eager-only median:
+    the largest deviation, the median deviation and the cells beyond the tolerance."""
+    devs = [(c.reference_deviation, c) for c in results.cells
+            if c.backend != "eager" and c.reference_deviation is not None]
+    if not devs:
+        return None
+    import statistics
+
+    worst, cell = max(devs, key=lambda d: abs(d[0]))
+    return {"largest": worst, "largest_cell": f"{cell.label} / {cell.backend}",
+            "median": statistics.median(d for d, _ in devs), "cells": len(devs),
+            "beyond": [f"{c.label} / {c.backend} ({d * 100:+.1f}%)" for d, c in devs if abs(d) > REFERENCE_TOLERANCE]}

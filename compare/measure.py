@@ -29,11 +29,20 @@ class TimingConfig:
     max_samples: int = 300
     budget_s: float = 8.0  # soft budget for the sampling loop of one cell
     target_rel_se: float = 0.005  # stop once the median's standard error is below 0.5 %
+    # One untimed call before each sample: whatever the other callable left behind
+    # (its pool's threads still spinning, caches full of its data) is absorbed there,
+    # not timed as part of this one.
+    sample_warmup: bool = True
 
 
-def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None]) -> float:
-    """Seconds per call over ``number`` back-to-back calls. The loop is kept bare
-    so the harness adds nothing measurable (see ``python -m compare overhead``)."""
+def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None],
+                warm: bool = False) -> float:
+    """Seconds per call over ``number`` back-to-back calls (after one untimed call when
+    ``warm``). The loop is kept bare so the harness adds nothing measurable (see
+    ``python -m compare overhead``)."""
+    if warm:
+        run(arg)
+        sync()
     start = time.perf_counter()
     for _ in range(number):
         run(arg)
@@ -57,20 +66,7 @@ def calibrate(single_call_s: float, min_sample_s: float) -> int:
 
 
 def summarize(samples_s: Sequence[float], number: int) -> LatencyStats:
-    ms = np.asarray(samples_s, dtype=np.float64) * 1e3
-    q = np.percentile(ms, [10, 25, 50, 75, 90])
-    return LatencyStats(
-        median=float(q[2]),
-        p10=float(q[0]),
-        p90=float(q[4]),
-        q1=float(q[1]),
-        q3=float(q[3]),
-        mean=float(ms.mean()),
-        min=float(ms.min()),
-        n=int(ms.size),
-        number=int(number),
-        samples=[float(x) for x in ms],
-    )
+    return LatencyStats.from_ms([x * 1e3 for x in samples_s], number)
 
 
 def median_rel_se(samples: Sequence[float]) -> float:
@@ -114,7 +110,7 @@ def time_alternating(
         sequence = order if rounds % 2 == 0 else order[::-1]
         for i in sequence:
             c = candidates[i]
-            samples[i].append(sample_once(c.run, c.arg, numbers[i], c.sync))
+            samples[i].append(sample_once(c.run, c.arg, numbers[i], c.sync, warm=config.sample_warmup))
         rounds += 1
         elapsed = time.perf_counter() - start
         if rounds >= config.max_samples:
@@ -130,19 +126,57 @@ def time_alternating(
 
 
 def bootstrap_medians(a: Sequence[float], b: Sequence[float], resamples: int = 2000, seed: int = 0):
-    """Medians of ``resamples`` bootstrap resamples of ``a`` and then of ``b`` (seeded)."""
+    """Medians of ``resamples`` bootstrap resamples of ``a`` and then of ``b`` (seeded),
+    drawn independently: for two runs' samples, which are not paired."""
     rng = np.random.default_rng(seed)
     ra = np.median(rng.choice(np.asarray(a, dtype=float), size=(resamples, len(a))), axis=1)
     rb = np.median(rng.choice(np.asarray(b, dtype=float), size=(resamples, len(b))), axis=1)
     return ra, rb
 
 
-def speedup_interval(ref: LatencyStats, cand: LatencyStats) -> list[float]:
-    """Bootstrap 95% interval of median(ref) / median(cand)."""
-    if len(ref.samples) < 2 or len(cand.samples) < 2:
+def paired_bootstrap_medians(ref: Sequence[float], cand: Sequence[float], groups: Sequence[int] | None = None,
+                             resamples: int = 2000, seed: int = 0):
+    """Medians of bootstrap resamples of alternated pairs: sample i of ``ref`` and sample i
+    of ``cand`` were taken in the same round, so they are drawn together (what drifted
+    during that round stays in the pair). ``groups`` are the pair counts of each worker
+    process, in order; pairs are resampled within each process and pooled, so every
+    process keeps its weight (pyperf's repeats across processes)."""
+    ref_arr, cand_arr = np.asarray(ref, dtype=float), np.asarray(cand, dtype=float)
+    if len(ref_arr) != len(cand_arr):
+        raise ValueError(f"paired samples differ in length: {len(ref_arr)} and {len(cand_arr)}")
+    groups = list(groups) if groups else [len(ref_arr)]
+    if sum(groups) != len(ref_arr):
+        raise ValueError(f"process sample counts {groups} do not add up to {len(ref_arr)} pairs")
+    rng = np.random.default_rng(seed)
+    picks, offset = [], 0
+    for count in groups:
+        picks.append(offset + rng.integers(0, count, size=(resamples, count)))
+        offset += count
+    index = np.concatenate(picks, axis=1)
+    return np.median(ref_arr[index], axis=1), np.median(cand_arr[index], axis=1)
+
+
+def speedup_interval(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None) -> list[float]:
+    """Paired-bootstrap 95% interval of median(ref) / median(cand)."""
+    if len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
         return [ref.median / cand.median] * 2
-    ra, rb = bootstrap_medians(ref.samples, cand.samples)
+    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, groups)
     lo, hi = np.percentile(ra / rb, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def break_even_interval(paid_s: float | None, ref: LatencyStats, cand: LatencyStats,
+                        groups: Sequence[int] | None = None) -> list[float] | None:
+    """95% interval of the break-even call count from the same paired resamples as the
+    speedup. None ("never") when the speedup's interval reaches down to 1: then the
+    backend may not be faster at all, and no finite call count can be promised."""
+    if paid_s is None or len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
+        return None
+    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, groups)
+    if np.percentile(ra / rb, 2.5) <= 1.0:
+        return None
+    calls = paid_s / ((ra - rb) / 1e3)
+    lo, hi = np.percentile(calls, [2.5, 97.5])
     return [float(lo), float(hi)]
 
 
@@ -177,7 +211,7 @@ def torch_dtype(name: str):
 
 def reduced_precision_verdict(vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, Any], dtype: str,
                               output_scale: float) -> dict[str, Any]:
-    """ok / error / tolerance for a bf16 or fp16 cell, judged against float64."""
+    """ok / error / tolerance for one draw of a bf16 or fp16 cell, judged against float64."""
     eager_err = eager_vs_fp64.get("max_abs")
     err = vs_fp64.get("max_abs")
     floor = DTYPE_EPS[dtype] * output_scale
@@ -190,6 +224,43 @@ def reduced_precision_verdict(vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, 
                 "error": f"{dtype} error vs float64 {err:.3g} exceeds {REDUCED_PRECISION_FACTOR:g}x eager's own "
                          f"{eager_err:.3g} + {floor:.3g}"}
     return {"ok": True, "error": None, "tolerance": tolerance}
+
+
+def fp32_verdict(vs_eager: dict[str, Any], vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, Any]) -> dict[str, Any]:
+    """One draw of an fp32 cell: it agrees with eager within tolerance, or it is at least as
+    close to float64 as eager is (a more accurate backend never fails for disagreeing)."""
+    if vs_eager.get("ok"):
+        return {"ok": True, "error": None, "tolerance": vs_eager.get("tolerance")}
+    err, eager_err = vs_fp64.get("max_abs"), eager_vs_fp64.get("max_abs")
+    closer = (vs_fp64.get("error") is None and err is not None and eager_err is not None
+              and math.isfinite(err) and err <= eager_err)
+    if closer:
+        return {"ok": True, "error": None, "tolerance": vs_eager.get("tolerance"),
+                "note": f"beyond eager's tolerance, but closer to float64 ({err:.3g}) than eager ({eager_err:.3g})"}
+    return {"ok": False, "error": vs_eager.get("error"), "tolerance": vs_eager.get("tolerance")}
+
+
+def numerics_verdict(dtype: str, checks: dict[str, dict[str, Any]], output_scale: float) -> dict[str, Any]:
+    """The verdict on one input draw, from its three comparisons (vs_eager, vs_fp64,
+    eager_vs_fp64): each draw is judged with its own eager error, never the worst of another."""
+    if dtype == "fp32":
+        return fp32_verdict(checks["vs_eager"], checks["vs_fp64"], checks["eager_vs_fp64"])
+    return reduced_precision_verdict(checks["vs_fp64"], checks["eager_vs_fp64"], dtype, output_scale)
+
+
+def merge_worst(worst: dict[str, Any], key: str, check: dict[str, Any]) -> None:
+    """Keep the largest errors over draws; ok only if every draw was ok."""
+    if key not in worst:
+        worst[key] = dict(check)
+        return
+    acc = worst[key]
+    for name in ("max_abs", "max_rel"):
+        if check.get(name) is not None:
+            acc[name] = max(acc.get(name) or 0.0, check[name])
+    if not check.get("ok", False):
+        if acc.get("ok", False):
+            acc["error"] = check.get("error")
+        acc["ok"] = False
 
 
 def tolerance_for(dtype_name: str) -> tuple[float, float]:

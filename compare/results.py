@@ -14,9 +14,11 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
+READABLE_VERSIONS = (1, 2)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 STATUSES = ("ok", "failed", "timeout", "out_of_memory", "unavailable")
@@ -52,6 +54,17 @@ class LatencyStats:
         return self.iqr / self.median if self.median > 0 else math.inf
 
     @classmethod
+    def from_ms(cls, samples_ms: Sequence[float], number: int) -> "LatencyStats":
+        """Statistics of per-call samples in milliseconds (``number`` calls each)."""
+        import numpy as np
+
+        ms = np.asarray(samples_ms, dtype=np.float64)
+        q = np.percentile(ms, [10, 25, 50, 75, 90])
+        return cls(median=float(q[2]), p10=float(q[0]), p90=float(q[4]), q1=float(q[1]), q3=float(q[3]),
+                   mean=float(ms.mean()), min=float(ms.min()), n=int(ms.size), number=int(number),
+                   samples=[float(x) for x in ms])
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LatencyStats":
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -77,11 +90,15 @@ class Cell:
     compile_s: float | None = None
     compile_phases: dict[str, float] = field(default_factory=dict)
     latency_ms: LatencyStats | None = None
-    eager_latency_ms: float | None = None  # median of eager timed alternately in the same worker
+    eager_latency_ms: float | None = None  # median of eager timed alternately in the same worker(s)
     eager_latency: LatencyStats | None = None
-    speedup: float | None = None  # eager median / this median
-    speedup_ci: list[float] | None = None  # bootstrap 95% interval of the speedup
+    eager_only_ms: float | None = None  # median of the workload's eager-only cell (derived)
+    reference_deviation: float | None = None  # eager_latency_ms / eager_only_ms - 1 (derived)
+    speedup: float | None = None  # eager median / this median (derived)
+    speedup_ci: list[float] | None = None  # paired-bootstrap 95% interval of the speedup (derived)
     noisy: bool | None = None
+    process_samples: list[int] | None = None  # alternated pairs per worker process, in order
+    processes: list[dict[str, Any]] | None = None  # per process: medians, compile s, wall s
     max_abs_err: float | None = None  # vs eager fp32
     max_rel_err: float | None = None
     max_abs_err_fp64: float | None = None  # vs eager in float64
@@ -90,22 +107,33 @@ class Cell:
     numerics_ok: bool | None = None
     numerics_error: str | None = None
     numerics_draws: int | None = None  # input draws checked; errors are the worst over them
+    numerics_after_timing: dict[str, Any] | None = None  # the outputs re-checked after the timed calls
     tolerance: dict[str, float] | None = None
-    break_even_calls: float | None = None  # null: never (or not applicable)
+    torch_import_s: float | None = None  # importing torch in the worker (every backend pays it)
+    import_s: float | None = None  # the backend's own modules (not part of compile_s)
+    time_to_first_result_s: float | None = None  # torch import + import + compile (first call included)
+    tuning_s: float | None = None  # seconds of tuning behind the log used (tuned backends; None: unknown)
+    break_even_calls: float | None = None  # everything paid (tuning included); null: never (derived)
+    break_even_calls_excl_tuning: float | None = None  # tuned backends: compile of this run only (derived)
+    break_even_ci: list[float] | None = None  # 95% interval of break_even_calls (derived)
     break_even_note: str | None = None
-    peak_rss_mb: float | None = None
-    rss_baseline_mb: float | None = None
-    peak_rss_delta_mb: float | None = None  # high-water mark above the baseline before compile
-    peak_rss_ratio_vs_eager: float | None = None  # peak_rss_delta_mb / eager's, same workload
+    peak_rss_mb: float | None = None  # the worker's own high-water mark
+    load_mb: float | None = None  # RSS added by importing the backend
+    compile_peak_mb: float | None = None  # worker + child processes through compile, above the loaded RSS
+    compile_children_peak_mb: float | None = None  # child processes alone (compile workers, builders)
+    steady_state_mb: float | None = None  # resident after warm-up (heap trimmed), above the loaded RSS
+    call_peak_mb: float | None = None  # transient peak of one steady call
     amortization: list[dict[str, float]] | None = None  # n -> cumulative s, compiled vs eager
     work: dict[str, Any] | None = None  # counted flops and minimum bytes of the workload
     roofline: dict[str, Any] | None = None  # achieved GFLOP/s, GB/s, fraction of the bound
     threads: int | None = None
     cache: str | None = None  # "cold", "hit", "miss"
+    settings: dict[str, Any] = field(default_factory=dict)  # how the backend was configured
+    allocator: str | None = None  # the malloc the worker ran with, as it saw it
     backend_versions: dict[str, str] = field(default_factory=dict)
     workload_key: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    wall_s: float | None = None  # whole worker, spawn to exit
+    wall_s: float | None = None  # whole worker(s), spawn to exit
     log: str | None = None  # worker log, relative to the run folder
 
     @property
@@ -177,10 +205,12 @@ class RunResults:
         if not isinstance(data, dict):
             raise ResultsError(f"{source}: top level is not a JSON object")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ResultsError(
-                f"{source}: schema_version {version!r} is not supported (this dlcompare reads {SCHEMA_VERSION})"
+                f"{source}: schema_version {version!r} is not supported (this dlcompare reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
             )
+        data = migrate(data)
         for key in ("environment", "cells"):
             if key not in data:
                 raise ResultsError(f"{source}: missing top-level field {key!r}")
@@ -219,6 +249,28 @@ class RunResults:
         except json.JSONDecodeError as exc:
             raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); the file is truncated or edited") from None
         return cls.from_dict(data, source=str(path))
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """An older results.json in today's terms. v1 -> v2: the speedup interval is recomputed
+    with the paired bootstrap (the derived figures are refilled on load by every reader
+    that reports); the memory figure was the worker's
+    own peak above a baseline taken before compiling (now ``compile_peak_mb``, which also
+    counts child processes); TVM's Relax importer phase was called ``import`` (now
+    ``frontend``: ``import`` is every backend's import phase, outside compile_s)."""
+    if data.get("schema_version") == 1:
+        cells = []
+        for cell in data.get("cells", []):
+            cell = dict(cell)
+            cell.pop("speedup_ci", None)  # v1 bootstrapped unpaired; recomputed paired on load
+            if "peak_rss_delta_mb" in cell:
+                cell.setdefault("compile_peak_mb", cell.pop("peak_rss_delta_mb"))
+            phases = cell.get("compile_phases")
+            if isinstance(phases, dict) and "import" in phases and str(cell.get("backend", "")).startswith("tvm"):
+                cell["compile_phases"] = {("frontend" if k == "import" else k): v for k, v in phases.items()}
+            cells.append(cell)
+        data = dict(data, cells=cells, schema_version=SCHEMA_VERSION, migrated_from=1)
+    return data
 
 
 def _clean(value: Any) -> Any:

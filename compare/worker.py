@@ -5,19 +5,27 @@ The parent (``compare.runner``) writes a spec file, starts
 with a timeout. The worker reports progress as ``@@dlcompare {json}`` lines on
 stdout and writes its result atomically to RESULT. Whatever happens here (an
 exception, a crash, a hang) costs only this cell.
+
+One cell, in order: import torch; build the model and inputs; import the
+backend (``import`` phase, its memory is ``load``); compile and call twice
+(phases, ``compile peak`` memory with child processes); ``steady state``
+memory; numerics on every draw; eager and the backend timed alternately; the
+outputs checked once more after timing.
 """
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
-import resource
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import memory
 from .measure import torch_dtype
 
 EVENT_PREFIX = "@@dlcompare "
@@ -54,49 +62,32 @@ def one_line(exc: BaseException, limit: int = 400, keep_end: bool = False) -> st
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-# ----------------------------------------------------------------------------- memory
-
-def _proc_status_kb(field: str) -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def rss_mb() -> float | None:
-    kb = _proc_status_kb("VmRSS")
-    return kb / 1024 if kb is not None else None
-
-
-def peak_rss_mb() -> float:
-    kb = _proc_status_kb("VmHWM")
-    if kb is None:  # not Linux: ru_maxrss (KiB on Linux, bytes on macOS)
-        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
-    return kb / 1024
-
-
-def reset_peak_rss() -> bool:
-    """Linux lets a process reset its RSS high-water mark (clear_refs = 5)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
 def apply_memory_limit(limit_mb: int | None) -> None:
+    import resource
+
     if limit_mb:
         limit = int(limit_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-# ----------------------------------------------------------------------------- the cell
+def allocator_in_use() -> str:
+    """Which malloc serves this process, read from its own memory map (an LD_PRELOADed
+    jemalloc or tcmalloc shows there), with the glibc settings it runs under."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        maps = ""
+    for name in ("jemalloc", "tcmalloc"):
+        if f"lib{name}" in maps:
+            return name
+    tuned = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+    return "glibc" + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(tuned.items())) + ")" if tuned else "")
+
+
+# ----------------------------------------------------------------------------- steps
 
 def prepare_worker(spec: dict[str, Any]):
-    """Backend and context for this cell; the environment is set before torch loads."""
+    """Backend, context and torch's import seconds; the environment is set before torch loads."""
     from adapters import CompileContext, get_backend
 
     backend = get_backend(spec["backend"])
@@ -113,200 +104,262 @@ def prepare_worker(spec: dict[str, Any]):
     )
     # Before torch is imported: cache folders and thread pools read the environment once.
     os.environ.update(backend.process_env(ctx))
-
+    start = time.perf_counter()
     import torch
 
+    torch_import_s = time.perf_counter() - start
     torch.set_num_threads(spec["threads"])
     torch.set_float32_matmul_precision("highest")
-    return backend, ctx
+    return backend, ctx, torch_import_s
 
 
 def cast_floating(tensor, dtype):
     return tensor.to(dtype) if tensor.is_floating_point() else tensor
 
 
+@dataclass
+class CellSetup:
+    """The workload at this cell's size, batch and precision: models and inputs."""
+
+    workload: Any
+    specs: list
+    dtype_name: str
+    dtype: Any
+    model: Any  # handed to the backend
+    reference_model: Any  # eager: the timing reference and the numerics reference
+    inputs: list
+
+    @classmethod
+    def build(cls, spec: dict[str, Any]) -> "CellSetup":
+        from workloads import build_model, make_inputs, resolve_workloads
+
+        (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
+        workload = workload.with_batch(spec.get("batch"))
+        dtype_name = spec.get("dtype", "fp32")
+        dtype = torch_dtype(dtype_name)
+        specs = workload.input_specs(spec["size"])
+        seed, device = spec.get("seed", 0), spec["device"]
+        # Weights and floating inputs in the cell's precision; eager runs at that precision too.
+        model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
+        reference = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
+        inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed, device)]
+        return cls(workload, specs, dtype_name, dtype, model, reference, inputs)
+
+    def draw(self, index: int, seed: int, device: str) -> list:
+        """Input draw ``index`` (0: the timing inputs)."""
+        from workloads import make_inputs
+
+        if index == 0:
+            return self.inputs
+        return [cast_floating(t, self.dtype) for t in make_inputs(self.specs, seed + 7919 * index, device)]
+
+
+def import_backend(backend, ctx) -> dict[str, float | None]:
+    """The ``import`` phase: the backend's own modules, timed, and the RSS they add."""
+    memory.trim_heap()
+    before = memory.rss_mb()
+    start = time.perf_counter()
+    for name in backend.runtime_modules:
+        importlib.import_module(name)
+    import_s = time.perf_counter() - start
+    memory.trim_heap()
+    after = memory.rss_mb()
+    return {"import_s": import_s, "load_mb": _delta(after, before), "rss_after_load_mb": after}
+
+
+def run_once(compiled, prepared) -> list:
+    """One call, its outputs copied to torch (so later calls cannot overwrite them)."""
+    raw = compiled.run(prepared)
+    compiled.synchronize()
+    return [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
+
+
+def compile_step(backend, setup: CellSetup, ctx, spec: dict[str, Any], loaded: dict) -> tuple[Any, Any, list, dict]:
+    """Compile and call twice, under a peak-memory probe that covers child processes."""
+    import torch
+
+    if spec["device"] == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with memory.TreePeak() as peak:
+        try:
+            compiled = backend.compile(setup.model, setup.inputs, ctx)
+        except Exception as exc:
+            raise _dtype_refusal(exc, setup.dtype_name, spec["backend"]) from None
+        prepared = compiled.prepare(setup.inputs)
+        if "first_call" in ctx.phases:  # the backend timed its own first call (Inductor)
+            outputs = run_once(compiled, prepared)
+        else:
+            with ctx.phase("first_call"):
+                outputs = run_once(compiled, prepared)
+        run_once(compiled, prepared)  # a second call: steady-state buffers count towards the peak
+    base = loaded["rss_after_load_mb"]
+    figures = {
+        "peak_rss_mb": peak.peak_self_mb,
+        "compile_peak_mb": _delta(peak.peak_tree_mb, base),
+        "compile_children_peak_mb": peak.peak_children_mb,
+    }
+    if spec["device"] == "cuda":
+        ctx.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return compiled, prepared, outputs, figures
+
+
+def _dtype_refusal(exc: Exception, dtype_name: str, backend: str) -> Exception:
+    """A compiler that cannot lower the model at reduced precision lacks that support (an
+    exporter without the dtype, no kernels for it, a frontend that types it wrong): the
+    cell is unavailable at this dtype, with the compiler's own words."""
+    if dtype_name == "fp32" or looks_out_of_memory(str(exc)):
+        return exc
+    traceback.print_exc()
+    from adapters import BackendUnavailable
+
+    return BackendUnavailable(f"{backend} cannot lower this model in {dtype_name}: "
+                              f"{one_line(exc, 300, keep_end=True)}")
+
+
+def steady_memory(compiled, prepared, loaded: dict) -> dict[str, float | None]:
+    """What the warmed-up callable keeps resident, and the transient peak of one call."""
+    memory.trim_heap()
+    resident = memory.rss_mb()
+    reset = memory.reset_peak_rss()
+    run_once(compiled, prepared)
+    call_peak = memory.peak_rss_mb() - resident if (reset and resident is not None) else None
+    return {"steady_state_mb": _delta(resident, loaded["rss_after_load_mb"]), "call_peak_mb": call_peak}
+
+
+def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, Any]) -> dict[str, Any]:
+    """Against eager at the cell's precision and a float64 eager reference, on several
+    input draws (the first is the timing inputs); each draw is judged on its own, the
+    errors reported are the worst over draws."""
+    import torch
+
+    from adapters import flatten_outputs
+
+    from .measure import compare_outputs, merge_worst, numerics_verdict
+
+    model64 = copy.deepcopy(setup.reference_model).double()
+    draws = max(1, int(spec.get("numerics_draws", 1)))
+    worst: dict[str, Any] = {}
+    verdicts = []
+    for index in range(draws):
+        draw_inputs = setup.draw(index, spec.get("seed", 0), spec["device"])
+        draw_outputs = outputs if index == 0 else run_once(compiled, compiled.prepare(draw_inputs))
+        with torch.no_grad():
+            reference = [t.detach() for t in flatten_outputs(setup.reference_model(*draw_inputs))]
+            inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
+            reference64 = [t.detach() for t in flatten_outputs(model64(*inputs64))]
+        checks = {"vs_eager": compare_outputs(draw_outputs, reference),
+                  "vs_fp64": compare_outputs(draw_outputs, reference64),
+                  "eager_vs_fp64": compare_outputs(reference, reference64)}
+        scale = max([0.0] + [float(t.abs().max()) for t in reference64 if t.is_floating_point() and t.numel()])
+        verdicts.append(numerics_verdict(setup.dtype_name, checks, scale))
+        for key, check in checks.items():
+            merge_worst(worst, key, check)
+        if index == 0:
+            reference0 = reference
+    failed = next((v for v in verdicts if not v["ok"]), None)
+    vs_eager, vs_fp64, eager64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
+    result = {
+        "numerics_ok": failed is None,
+        "numerics_error": failed.get("error") if failed else None,
+        "numerics_draws": draws,
+        "max_abs_err": vs_eager.get("max_abs"),
+        "max_rel_err": vs_eager.get("max_rel"),
+        "tolerance": verdicts[0].get("tolerance"),
+        "max_abs_err_fp64": vs_fp64.get("max_abs"),
+        "max_rel_err_fp64": vs_fp64.get("max_rel"),
+        "eager_max_abs_err_fp64": eager64.get("max_abs"),
+    }
+    if spec.get("count_work", True):
+        from .roofline import count_work
+
+        result["work"] = count_work(setup.reference_model, setup.inputs, reference0)
+    return result
+
+
+def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
+    """Eager and the backend alternately in this process (eager alone in eager's own cell)."""
+    from adapters.eager import TorchCompiled
+
+    from .measure import TimingConfig, Timed, time_alternating
+
+    timing = TimingConfig(**spec.get("timing", {}))
+    candidate = Timed(compiled.run, prepared, compiled.synchronize)
+    if spec["backend"] == "eager":
+        (stats,) = time_alternating([candidate], timing)
+        return {"latency_ms": stats, "eager_latency_ms": stats.median, "eager_latency": stats}
+    eager = TorchCompiled(setup.reference_model, spec["device"])
+    reference = Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize)
+    ref_stats, stats = time_alternating([reference, candidate], timing)
+    return {"latency_ms": stats, "eager_latency_ms": ref_stats.median, "eager_latency": ref_stats}
+
+
+def check_after_timing(compiled, prepared, outputs: list) -> dict[str, Any]:
+    """The outputs once more after every timed call: a backend whose state drifts across
+    calls (a buffer reused wrongly, an in-place update) shows here."""
+    from .measure import compare_outputs
+
+    again = run_once(compiled, prepared)
+    check = compare_outputs(again, outputs)
+    return {"ok": check["ok"], "max_abs": check.get("max_abs"), "error": check.get("error")}
+
+
+def cache_verdict(backend, ctx) -> str | None:
+    """"cold" means built from nothing by construction; a warm cell reports what the
+    backend itself said (ctx.info["cache_evidence"] holds the raw evidence)."""
+    if not backend.compiles:
+        return None
+    if ctx.cache == "cold":
+        return "cold"
+    return ctx.info.get("cache_result", "miss")
+
+
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one cell; returns the fields of ``compare.results.Cell``."""
-    backend, ctx = prepare_worker(spec)
+    backend, ctx, torch_import_s = prepare_worker(spec)
     if spec.get("experiment") == "dynamic":
         from . import dynamic
 
         return dynamic.measure(spec, ctx, backend, emit)
 
-    import torch
-
-    from adapters import flatten_outputs
-    from adapters.eager import TorchCompiled
-    from workloads import build_model, make_inputs, resolve_workloads
-
-    from .measure import (
-        NOISY_REL_IQR,
-        Timed,
-        TimingConfig,
-        break_even_calls,
-        compare_outputs,
-        reduced_precision_verdict,
-        speedup_interval,
-        time_alternating,
-    )
-
-    threads = spec["threads"]
-    device = spec["device"]
-    seed = spec.get("seed", 0)
-
-    result: dict[str, Any] = {"threads": threads, "backend_versions": backend.versions()}
     emit(phase="setup")
-    (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
-    workload = workload.with_batch(spec.get("batch"))
-    dtype_name = spec.get("dtype", "fp32")
-    dtype = torch_dtype(dtype_name)
-    specs = workload.input_specs(spec["size"])
-    # Weights and floating inputs in the cell's precision; eager runs at that precision too.
-    model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
-    reference_model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
-    inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed, device)]
-
-    # Memory: baseline after model and inputs exist, high-water mark through compile
-    # and the first calls (before the eager reference runs in this process).
-    rss_baseline = rss_mb()
-    peak_reset = reset_peak_rss()
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-
-    try:
-        compiled = backend.compile(model, inputs, ctx)
-    except Exception as exc:
-        # A compiler that cannot lower the model at reduced precision lacks that support
-        # (an exporter without the dtype, no kernels for it, a frontend that types it
-        # wrong): the cell is unavailable at this dtype, with the compiler's own words.
-        if dtype_name == "fp32" or looks_out_of_memory(str(exc)):
-            raise
-        traceback.print_exc()
-        from adapters import BackendUnavailable
-
-        raise BackendUnavailable(f"{spec['backend']} cannot lower this model in {dtype_name}: "
-                                 f"{one_line(exc, 300, keep_end=True)}") from None
-    prepared = compiled.prepare(inputs)
-    if "first_call" in ctx.phases:
-        raw = compiled.run(prepared)
-        compiled.synchronize()
-    else:
-        with ctx.phase("first_call"):
-            raw = compiled.run(prepared)
-            compiled.synchronize()
-    outputs = [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
-    del raw
-    compiled.run(prepared)  # a second call: steady-state buffers count towards the peak
-    compiled.synchronize()
-    peak = peak_rss_mb()
-    result.update(
-        compile_phases=dict(ctx.phases),
-        compile_s=sum(ctx.phases.values()),
-        peak_rss_mb=peak,
-        rss_baseline_mb=rss_baseline,
-        peak_rss_delta_mb=(peak - rss_baseline) if (peak_reset and rss_baseline is not None) else None,
-    )
-    if device == "cuda":
-        ctx.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-
-    # Numerics: against eager fp32 and a float64 eager reference, on several input
-    # draws (the first is the timing inputs); the worst case over draws is reported.
+    setup = CellSetup.build(spec)
+    emit(phase="import")
+    loaded = import_backend(backend, ctx)
+    compiled, prepared, outputs, compile_memory = compile_step(backend, setup, ctx, spec, loaded)
+    compile_s = sum(ctx.phases.values())
+    steady = steady_memory(compiled, prepared, loaded)
     emit(phase="numerics")
-    model64 = copy.deepcopy(reference_model).double()
-    draws = max(1, int(spec.get("numerics_draws", 1)))
-    worst: dict[str, Any] = {}
-    output_scale = 0.0
-    for draw in range(draws):
-        if draw == 0:
-            draw_inputs, draw_outputs = inputs, outputs
-        else:
-            draw_inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed + 7919 * draw, device)]
-            raw = compiled.run(compiled.prepare(draw_inputs))
-            compiled.synchronize()
-            draw_outputs = [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
-            del raw
-        with torch.no_grad():
-            reference = [t.detach() for t in flatten_outputs(reference_model(*draw_inputs))]
-            inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
-            reference64 = [t.detach() for t in flatten_outputs(model64(*inputs64))]
-        _merge_worst(worst, "vs_eager", compare_outputs(draw_outputs, reference))
-        _merge_worst(worst, "vs_fp64", compare_outputs(draw_outputs, reference64))
-        _merge_worst(worst, "eager_vs_fp64", compare_outputs(reference, reference64))
-        output_scale = max([output_scale] + [float(t.abs().max()) for t in reference64
-                                             if t.is_floating_point() and t.numel()])
-    del model64
-    vs_eager, vs_fp64, eager_vs_fp64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
-    # fp32 must agree with eager fp32; reduced precision must be about as accurate as
-    # eager at that precision, both measured against float64.
-    verdict = vs_eager if dtype_name == "fp32" else reduced_precision_verdict(
-        vs_fp64, eager_vs_fp64, dtype_name, output_scale)
-    result.update(
-        numerics_ok=verdict["ok"],
-        numerics_error=verdict.get("error"),
-        numerics_draws=draws,
-        max_abs_err=vs_eager.get("max_abs"),
-        max_rel_err=vs_eager.get("max_rel"),
-        tolerance=verdict.get("tolerance"),
-        max_abs_err_fp64=vs_fp64.get("max_abs"),
-        max_rel_err_fp64=vs_fp64.get("max_rel"),
-        eager_max_abs_err_fp64=eager_vs_fp64.get("max_abs"),
-    )
-    if spec.get("count_work", True):
-        from .roofline import count_work
-
-        result["work"] = count_work(reference_model, inputs, reference)
-
-    # Timing: eager reference and candidate alternately, in this same process.
+    numerics = check_numerics(compiled, setup, outputs, spec)
     emit(phase="timing")
-    timing = TimingConfig(**spec.get("timing", {}))
-    sync = compiled.synchronize
-    candidate = Timed(compiled.run, prepared, sync)
-    if spec["backend"] == "eager":
-        (stats,) = time_alternating([candidate], timing)
-        result.update(latency_ms=stats, eager_latency_ms=stats.median, eager_latency=stats, speedup=1.0)
-        result["break_even_note"] = "reference"
-    else:
-        eager = TorchCompiled(reference_model, device)
-        ref_timed = Timed(eager.run, eager.prepare(inputs), eager.synchronize)
-        ref_stats, stats = time_alternating([ref_timed, candidate], timing)
-        speedup = ref_stats.median / stats.median
-        result.update(
-            latency_ms=stats,
-            eager_latency_ms=ref_stats.median,
-            eager_latency=ref_stats,
-            speedup=speedup,
-            speedup_ci=speedup_interval(ref_stats, stats),
-        )
-        result["break_even_calls"] = break_even_calls(result["compile_s"], ref_stats.median, stats.median)
-        if result["break_even_calls"] is None:
-            result["break_even_note"] = "never: not faster than eager"
-    result["noisy"] = any(s.rel_iqr > NOISY_REL_IQR for s in [stats, result["eager_latency"]])
-    # "cold" means built from nothing by construction; a warm cell reports what the
-    # backend itself said (ctx.info["cache_evidence"] holds the raw evidence).
-    if not backend.compiles:
-        result["cache"] = None
-    elif ctx.cache == "cold":
-        result["cache"] = "cold"
-    else:
-        result["cache"] = ctx.info.get("cache_result", "miss")
-    result["info"] = ctx.info
-    result["status"] = "ok"
-    return result
+    timed = time_against_eager(compiled, prepared, setup, spec)
+    after = check_after_timing(compiled, prepared, outputs)
+    if numerics["numerics_ok"] and not after["ok"]:
+        numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
+    return {
+        "status": "ok",
+        "threads": spec["threads"],
+        "backend_versions": backend.versions(),
+        "settings": {"threads": spec["threads"], "float32_matmul_precision": "highest", **backend.settings(ctx)},
+        "allocator": allocator_in_use(),
+        "torch_import_s": torch_import_s,
+        "import_s": loaded["import_s"],
+        "compile_phases": dict(ctx.phases),
+        "compile_s": compile_s,
+        "time_to_first_result_s": torch_import_s + loaded["import_s"] + compile_s,
+        "tuning_s": ctx.tuning_s,
+        "load_mb": loaded["load_mb"],
+        **compile_memory,
+        **steady,
+        **numerics,
+        **timed,
+        "numerics_after_timing": after,
+        "cache": cache_verdict(backend, ctx),
+        "info": ctx.info,
+    }
 
 
-def _merge_worst(worst: dict[str, Any], key: str, check: dict[str, Any]) -> None:
-    """Keep the largest errors over draws; ok only if every draw was ok."""
-    if key not in worst:
-        worst[key] = dict(check)
-        return
-    acc = worst[key]
-    for field in ("max_abs", "max_rel"):
-        if check.get(field) is not None:
-            acc[field] = max(acc.get(field) or 0.0, check[field])
-    if not check.get("ok", False):
-        if acc.get("ok", False):
-            acc["error"] = check.get("error")
-        acc["ok"] = False
+def _delta(value: float | None, base: float | None) -> float | None:
+    return None if value is None or base is None else value - base
 
 
 def _to_jsonable(result: dict[str, Any]) -> dict[str, Any]:
