@@ -1,9 +1,10 @@
 # dlcompare on CPU. Installs the project exactly as the README does.
 FROM python:3.11-slim
 
-# g++ for TorchInductor's C++ backend; git so results record the project's commit.
+# g++ for TorchInductor's C++ backend; git so results record the project's commit;
+# jemalloc and tcmalloc for --allocator.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends g++ git \
+    && apt-get install -y --no-install-recommends g++ git libjemalloc2 libtcmalloc-minimal4 \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /dlcompare

@@ -81,7 +81,10 @@ def _dtype_list(value: str) -> list[str]:
     return dtypes
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int) -> None:
+def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int,
+                       processes: int = 1) -> None:
+    from .allocators import ALLOCATORS, DEFAULT_ALLOCATOR
+
     from workloads import SIZES, SUITES
 
     parser.add_argument("--backends", type=_csv, default=_csv(default_backends),
@@ -111,6 +114,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
     parser.add_argument("--inductor-mode", default="default",
                      choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    parser.add_argument("--inductor-freezing", choices=("on", "off"), default="on",
+                        help="Inductor's freezing (weights as constants, folded and prepacked), which PyTorch "
+                             "advises for CPU inference (default on)")
     parser.add_argument("--tvm-trials", type=_positive_int, default=64, metavar="N",
                      help="MetaSchedule trial budget per workload (default 64)")
     parser.add_argument("--tvm-trials-per-task", type=_positive_int, default=None, metavar="N",
@@ -119,11 +125,21 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
     parser.add_argument("--min-samples", type=_positive_int, default=10)
+    parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
+                        help="one untimed call before each timed sample, so that no sample pays for what the "
+                             "other callable left behind (default on; off: the method before 2026-11)")
+    parser.add_argument("--processes", type=_positive_int, default=processes, metavar="K",
+                        help=f"fresh worker processes per cell, samples pooled across them (default {processes})")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
                         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--system-malloc", action="store_true",
-                     help="leave glibc's malloc defaults (default: heap-only, no trim, for stable timings)")
+    parser.add_argument("--allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
+                        help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
+                             f"jemalloc or tcmalloc (preloaded) (default {DEFAULT_ALLOCATOR})")
+    parser.add_argument("--system-malloc", action="store_true", help="same as --allocator system")
+    parser.add_argument("--thread-spin", choices=("short", "default"), default="short",
+                        help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
+                             "runtime's default before sleeping (default: short)")
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="local: cells one after another here; ray: one Ray task per cell")
     parser.add_argument("--ray-address", default=None, metavar="ADDR",
@@ -151,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
-    _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5)
+    _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5, processes=3)
     paper.add_argument("--dynamic-sizes", type=_positive_int, default=4, metavar="K",
                        help="distinct sizes of the varying dimension (default 4)")
     paper.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",
@@ -274,8 +290,9 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     from adapters import backend_names
     from workloads import resolve_workloads
 
+    from .allocators import AllocatorMissing, allocator_env
     from .environment import available_cores
-    from .runner import STABLE_MALLOC_ENV, RunConfig
+    from .runner import RunConfig
 
     known = backend_names()
     backends = ["eager"] + [b for b in args.backends if b != "eager"]
@@ -296,6 +313,11 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
     threads = args.threads or available_cores()
+    allocator = "system" if args.system_malloc else args.allocator
+    try:
+        malloc_env = allocator_env(allocator)
+    except AllocatorMissing as exc:
+        raise UsageError(str(exc)) from None
     if output_dir is not None:
         _check_output_dir(output_dir)
     elif args.output_dir:
@@ -316,11 +338,14 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         output_dir=str(output_dir),
         workload_files=[str(Path(f).resolve()) for f in args.workload_file],
         seed=args.seed,
-        timing={"budget_s": args.time_budget, "min_samples": args.min_samples},
-        options={"inductor_mode": args.inductor_mode, "tvm_trials": args.tvm_trials, "cuda_arch": args.cuda_arch,
+        timing={"budget_s": args.time_budget, "min_samples": args.min_samples,
+                "sample_warmup": args.sample_warmup == "on"},
+        options={"inductor_mode": args.inductor_mode, "inductor_freezing": args.inductor_freezing == "on",
+                 "tvm_trials": args.tvm_trials, "cuda_arch": args.cuda_arch,
                  "tvm_trials_per_task": args.tvm_trials_per_task, "retune": args.retune, "seed": args.seed},
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
+        processes=args.processes,
         batches=list(args.batch),
         dtypes=list(args.dtype),
         suite=args.suite,
@@ -328,16 +353,19 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         ray_address=args.ray_address,
         ray_share_cores=args.ray_share_cores,
         roofline=getattr(args, "roofline", False) or args.command == "paper",
-        malloc_env={} if args.system_malloc else dict(STABLE_MALLOC_ENV),
+        allocator=allocator,
+        malloc_env=malloc_env,
+        thread_spin=args.thread_spin,
     )
 
 
 RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
                   "--batch": "batches", "--dtype": "dtypes", "--suite": "suite",
-                  "--threads": "threads", "--seed": "seed", "--cache": "cache"}
+                  "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
+                  "--processes": "processes", "--thread-spin": "thread_spin"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
 RESUME_OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
-                      "--min-samples": "timing", "--keep-work-dirs": "keep_work_dirs"}
+                      "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs"}
 
 
 def resume_state(args: argparse.Namespace):
@@ -556,7 +584,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import rich_geomean_table, rich_table, write_tables
     from .results import RunResults
 
+    from .derived import fill_derived
+
     results = RunResults.load(args.run_dir)
+    fill_derived(results)  # derived figures follow the measured ones (and migrated files get them)
     run_dir = Path(args.run_dir)
     if run_dir.is_file():
         run_dir = run_dir.parent

@@ -15,6 +15,15 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Environment variables that change how fast code runs; every worker gets the same.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TVM_NUM_THREADS")
 
+# How long an idle pool thread spins before it sleeps, for every runtime that spins by
+# default. torch's (and Inductor's) OpenMP threads spun about 10 ms of CPU after every
+# parallel region and TVM's pool spins 300,000 rounds: on 2 cores that is a core taken
+# from whatever runs next, so the callable timed after eager (or after TVM) paid for it.
+# Short spins keep back-to-back kernels hot inside one call and let the pool sleep
+# between calls. ORT's spinning is off in its session options; IREE's workers do not spin.
+SHORT_SPIN_ENV = {"GOMP_SPINCOUNT": "10000", "TVM_THREAD_POOL_SPIN_COUNT": "10000"}
+SPIN_VARS = tuple(SHORT_SPIN_ENV)
+
 TRACKED_DISTRIBUTIONS = (
     "torch",
     "numpy",

@@ -25,15 +25,23 @@ from typing import Any
 NODE_LOST = "worker killed by node loss"  # prefix that --resume treats as transient
 
 
-def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str]) -> tuple[dict, str, dict]:
-    """Body of the Ray task: the local worker protocol, on this node."""
+def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
+                 processes: int = 1) -> tuple[dict, str, dict]:
+    """Body of the Ray task: the local worker protocol on this node, in ``processes``
+    fresh workers pooled as the local runner pools them."""
     import ray
 
+    from .pooling import pool_processes
     from .runner import execute_worker
 
     with tempfile.TemporaryDirectory(prefix="dlcompare-ray-") as tmp:
         log_path = Path(tmp) / "worker.log"
-        cell = execute_worker(spec, log_path, timeout_s, env)
+        runs = []
+        for index in range(max(1, processes)):
+            runs.append(execute_worker(dict(spec, process_index=index), log_path, timeout_s, env))
+            if runs[-1].get("status") != "ok":
+                break
+        cell = pool_processes(runs)
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     node = {"hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
     return cell, log_text, node
@@ -71,7 +79,7 @@ def run_cells(runner, results, cells: list[tuple[Any, str, Any, str]], address: 
         except Exception as exc:
             results.upsert(Cell(status="failed", error=f"{type(exc).__name__}: {exc}", **base))
             continue
-        pending[remote.remote(spec, cfg.timeout_s, env)] = (workload, backend, base)
+        pending[remote.remote(spec, cfg.timeout_s, env, cfg.processes)] = (workload, backend, base)
     done = 0
     try:
         while pending:

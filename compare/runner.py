@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import environment
+from .allocators import DEFAULT_ALLOCATOR, GLIBC_TUNED_ENV
+from .pooling import pool_processes
 from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json, variant_label
 from .worker import EVENT_PREFIX, looks_out_of_memory
 
 
-STABLE_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+ALLOCATOR_VARS = ("LD_PRELOAD",)
 
 
 class OutputError(Exception):
@@ -56,6 +58,7 @@ class RunConfig:
     options: dict[str, Any] = field(default_factory=dict)
     keep_work_dirs: bool = False
     numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
+    processes: int = 1  # fresh worker processes per cell, their samples pooled (pyperf's repeats)
     batches: list[int] = field(default_factory=list)  # --batch sweep; empty: each workload's own batch
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])  # --dtype sweep
     suite: str = "paper"  # which built-ins ran (recorded; the workloads list is what counts)
@@ -63,11 +66,16 @@ class RunConfig:
     executor: str = "local"  # "local": one worker at a time here; "ray": one Ray task per cell
     ray_address: str | None = None
     ray_share_cores: bool = False
-    # glibc: serve large buffers from the heap and never trim it. Without this, every
-    # call that allocates a multi-MB output gets fresh mmap pages and a page-fault
-    # storm (eager LayerNorm measured 3-8x slower on a 2-core VM); ORT's own arena
-    # hides that, so leaving it on would bias the comparison.
-    malloc_env: dict[str, str] = field(default_factory=lambda: dict(STABLE_MALLOC_ENV))
+    # The malloc of every worker (compare.allocators): a run condition shown with the
+    # results. glibc-tuned (the default) serves large buffers from the heap and never
+    # trims it: with glibc's defaults every call that allocates a multi-MB output gets
+    # fresh mmap pages and a page-fault storm (eager LayerNorm measured 3-8x slower on
+    # a 2-core VM), which ORT's own arena hides.
+    allocator: str = DEFAULT_ALLOCATOR
+    # Idle pool threads spin briefly ("short", environment.SHORT_SPIN_ENV) or as each
+    # runtime's default ("default"): the same for every worker, recorded.
+    thread_spin: str = "short"
+    malloc_env: dict[str, str] = field(default_factory=lambda: dict(GLIBC_TUNED_ENV))
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -94,10 +102,14 @@ class SilentProgress:
 
 def worker_env(config: RunConfig) -> dict[str, str]:
     """Same thread count for every backend's runtime, set before any import."""
-    env = dict(os.environ)
+    # The allocator is the run's, not whatever the parent happened to inherit.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ALLOCATOR_VARS + environment.SPIN_VARS and not k.startswith("MALLOC_")}
     for var in environment.THREAD_VARS:
         env[var] = str(config.threads)
     env.update(config.malloc_env)
+    if config.thread_spin == "short":
+        env.update(environment.SHORT_SPIN_ENV)
     env["PYTHONUNBUFFERED"] = "1"
     # The project root on the path, so workers run from a plain checkout too.
     env["PYTHONPATH"] = os.pathsep.join(
@@ -135,7 +147,9 @@ class Runner:
         now = _dt.datetime.now(_dt.timezone.utc)
         env = environment.capture(self.config.threads, self.config.device)
         env["worker_env"] = {k: v for k, v in worker_env(self.config).items()
-                             if k in environment.THREAD_VARS or k.startswith("MALLOC_")}
+                             if k in environment.THREAD_VARS + environment.SPIN_VARS + ALLOCATOR_VARS
+                             or k.startswith("MALLOC_")}
+        env["allocator"] = self.config.allocator
         return RunResults(
             environment=env,
             config=self.config.to_dict(),
@@ -238,8 +252,9 @@ class Runner:
 
     def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "",
                   batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
-        """One worker, start to finish; returns the cell's fields (never raises for
-        anything the worker does: crashes, hangs and bad results become a status)."""
+        """One cell in ``processes`` fresh workers, start to finish; returns the cell's
+        fields (never raises for anything a worker does: crashes, hangs and bad results
+        become a status). Experiments (``extra``) run in one worker."""
         cfg = self.config
         base = self.cell_base(workload, backend, batch, dtype)
         try:
@@ -247,15 +262,22 @@ class Runner:
         except Exception as exc:  # invalid user workload: the cell fails, the run goes on
             return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
         log_rel = f"logs/{variant_label(workload.name, batch, dtype)}.{backend}{label}.log"
+        count = 1 if extra else max(1, cfg.processes)
+        runs = []
+        for index in range(count):
+            def on_phase(phase, index=index):
+                self.progress.phase(workload.name, backend, phase if count == 1 else f"process {index + 1}/{count}: {phase}")
 
-        def on_start(proc):
-            self._current = proc
+            runs.append(execute_worker(dict(spec, process_index=index), self.output_dir / log_rel, cfg.timeout_s,
+                                       worker_env(cfg), on_phase=on_phase, on_start=self._set_current,
+                                       keep_work_dir=cfg.keep_work_dirs))
+            self._current = None
+            if runs[-1].get("status") != "ok":
+                break
+        return {**base, **pool_processes(runs), "log": log_rel}
 
-        cell = execute_worker(spec, self.output_dir / log_rel, cfg.timeout_s, worker_env(cfg),
-                              on_phase=lambda phase: self.progress.phase(workload.name, backend, phase),
-                              on_start=on_start, keep_work_dir=cfg.keep_work_dirs)
-        self._current = None
-        return {**base, **cell, "log": log_rel}
+    def _set_current(self, proc) -> None:
+        self._current = proc
 
     @staticmethod
     def _as_cell(data: dict[str, Any]) -> Cell:

@@ -1,0 +1,64 @@
+"""``--allocator``: which malloc every worker runs with, the same for all backends.
+
+The allocator moves eager (which allocates every intermediate) more than most
+compilers (which plan their buffers), so it is a run condition shown beside every
+headline figure, never a hidden default:
+
+- ``system``: glibc as it comes (what most users run);
+- ``glibc-tuned``: glibc serving large buffers from the heap and never trimming it
+  (``MALLOC_MMAP_MAX_=0``, a huge ``MALLOC_TRIM_THRESHOLD_``): no page-fault storm per
+  call, no library needed (the default);
+- ``jemalloc`` / ``tcmalloc``: preloaded, as PyTorch's CPU performance guide advises,
+  jemalloc with the guide's ``MALLOC_CONF``.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
+DEFAULT_ALLOCATOR = "glibc-tuned"
+GLIBC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+# PyTorch's CPU performance tuning guide (jemalloc section).
+JEMALLOC_CONF = ("oversize_threshold:1,background_thread:true,metadata_thp:auto,"
+                 "dirty_decay_ms:9000000000,muzzy_decay_ms:9000000000")
+LIBRARIES = {"jemalloc": ("libjemalloc.so.2", "libjemalloc.so"),
+             "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so")}
+INSTALL_HINT = {"jemalloc": "apt-get install libjemalloc2", "tcmalloc": "apt-get install libtcmalloc-minimal4"}
+
+
+class AllocatorMissing(ValueError):
+    """The chosen allocator's library is not on this machine (one-line message)."""
+
+
+def find_library(name: str) -> Path | None:
+    """The shared library of ``name`` as the dynamic linker knows it (ldconfig -p)."""
+    try:
+        listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        listing = ""
+    for soname in LIBRARIES[name]:
+        for line in listing.splitlines():
+            if line.strip().startswith(soname + " ") and "=>" in line:
+                path = Path(line.split("=>", 1)[1].strip())
+                if path.exists():
+                    return path
+    return None
+
+
+def allocator_env(name: str) -> dict[str, str]:
+    """Environment variables that select ``name`` in a worker started afterwards."""
+    if name not in ALLOCATORS:
+        raise AllocatorMissing(f"unknown allocator {name!r} (known: {', '.join(ALLOCATORS)})")
+    if name == "system":
+        return {}
+    if name == "glibc-tuned":
+        return dict(GLIBC_TUNED_ENV)
+    library = find_library(name)
+    if library is None:
+        raise AllocatorMissing(f"--allocator {name}: {LIBRARIES[name][0]} not found on this machine; "
+                               f"install it with: {INSTALL_HINT[name]}")
+    env = {"LD_PRELOAD": str(library)}
+    if name == "jemalloc":
+        env["MALLOC_CONF"] = JEMALLOC_CONF
+    return env
