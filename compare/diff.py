@@ -1,12 +1,17 @@
 """``python -m compare diff BASE NEW``: what changed between two runs, with
 verdicts that account for noise.
 
-Latency: the ratio of medians new/base with a bootstrap 95% confidence
-interval from both runs' timing samples. *slower* only when the whole interval
-lies above 1 + min_effect, *faster* only when it lies below 1 - min_effect,
-otherwise *unchanged*. Compile time is one measurement per run (no samples), so
-it is called changed only beyond a fixed tolerance. The per-backend geometric
-mean counts slowdowns as they are (no clipping at 1.0).
+Each cell is judged twice. Latency: the ratio of medians new/base with a
+bootstrap 95% confidence interval from both runs' timing samples. Speedup over
+the in-cell eager reference: the ratio new/base of the speedups, from each run's
+paired bootstrap; this one survives a machine that got faster or slower between
+the runs, because eager moved with it. A verdict (*slower*/*faster*, *worse*/
+*better*) needs the whole interval beyond +-min_effect, otherwise *unchanged*.
+Cells are compared only when they ran under the same cache state and the same
+tuning-log reuse (a warm hit against a cold compile is not a regression). Compile
+time is one measurement per run (no samples), so it is called changed only
+beyond a fixed tolerance. The per-backend geometric mean counts slowdowns as
+they are (no clipping at 1.0).
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .measure import bootstrap_medians
+from .measure import bootstrap_medians, paired_bootstrap_medians
 from .results import Cell, RunResults, atomic_write_text
 
 MIN_EFFECT = 0.02  # ignore shifts under 2 % even when the interval is tight
@@ -40,6 +45,9 @@ class CellDiff:
     base_err: Any
     new_err: Any
     numerics_change: str
+    speedup_ratio: float | None = None  # new speedup / base speedup
+    speedup_ci: tuple[float, float] | None = None
+    speedup_verdict: str = "-"
 
 
 def ratio_interval(base: list[float], new: list[float]) -> tuple[float, float]:
@@ -61,6 +69,38 @@ def latency_verdict(base: list[float], new: list[float], min_effect: float = MIN
     else:
         verdict = "unchanged"
     return ratio, (lo, hi), verdict
+
+
+def speedup_samples(cell: Cell, seed: int) -> np.ndarray | None:
+    """Bootstrap resamples of a cell's speedup over its in-cell eager (paired rounds,
+    resampled within each worker process)."""
+    ref, cand = cell.eager_latency, cell.latency_ms
+    if cell.backend == "eager" or ref is None or cand is None or len(ref.samples) != len(cand.samples) \
+            or len(ref.samples) < 3:
+        return None
+    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, cell.process_samples, seed=seed)
+    return ra / rb
+
+
+def speedup_verdict(base: Cell, new: Cell, min_effect: float = MIN_EFFECT):
+    """(ratio, interval, verdict) of new speedup / base speedup."""
+    a, b = speedup_samples(base, seed=0), speedup_samples(new, seed=1)
+    if a is None or b is None or not base.speedup or not new.speedup:
+        return None, None, "-"
+    lo, hi = np.percentile(b / a, [2.5, 97.5])
+    verdict = "better" if lo > 1 + min_effect else "worse" if hi < 1 - min_effect else "unchanged"
+    return new.speedup / base.speedup, (float(lo), float(hi)), verdict
+
+
+def comparability(base: Cell, new: Cell) -> str | None:
+    """Why two cells' figures must not be compared, or None when they may."""
+    if base.cache != new.cache:
+        return f"not comparable: cache {base.cache} -> {new.cache}"
+    reuse = [((c.info or {}).get("tuning") or {}).get("reused") for c in (base, new)]
+    if reuse[0] != reuse[1]:
+        words = {True: "log reused", False: "tuned in the run", None: "no tuning"}
+        return f"not comparable: {words[reuse[0]]} -> {words[reuse[1]]}"
+    return None
 
 
 def _numerics_change(base: Cell, new: Cell) -> str:
@@ -86,15 +126,21 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
                                 f"status {old.status} -> {cell.status}", None, "-", old.max_abs_err,
                                 cell.max_abs_err, "-"))
             continue
+        reason = comparability(old, cell)
+        if reason:
+            out.append(CellDiff(cell.label, cell.backend, old.latency_ms.median, cell.latency_ms.median, None, None,
+                                reason, None, "-", old.max_abs_err, cell.max_abs_err, _numerics_change(old, cell)))
+            continue
         ratio, ci, verdict = latency_verdict(old.latency_ms.samples, cell.latency_ms.samples, min_effect)
         compile_ratio, compile_verdict = None, "-"
         if old.compile_s and cell.compile_s is not None and cell.backend != "eager":
             compile_ratio = cell.compile_s / old.compile_s
             compile_verdict = ("slower" if compile_ratio > 1 + COMPILE_TOLERANCE
                                else "faster" if compile_ratio < 1 - COMPILE_TOLERANCE else "unchanged")
+        s_ratio, s_ci, s_verdict = speedup_verdict(old, cell, min_effect)
         out.append(CellDiff(cell.label, cell.backend, old.latency_ms.median, cell.latency_ms.median, ratio, ci,
                             verdict, compile_ratio, compile_verdict, old.max_abs_err, cell.max_abs_err,
-                            _numerics_change(old, cell)))
+                            _numerics_change(old, cell), s_ratio, s_ci, s_verdict))
     new_keys = {c.key for c in new.cells}
     for old in base.cells:
         if old.key not in new_keys:
@@ -139,6 +185,9 @@ def diff_frame(diffs: list[CellDiff]) -> pd.DataFrame:
             "new ms": f"{d.new_ms:.4g}" if d.new_ms else "-",
             "new/base [95% CI]": f"{d.ratio:.3f} [{d.ci[0]:.3f}-{d.ci[1]:.3f}]" if d.ratio and d.ci else "-",
             "latency verdict": d.verdict,
+            "speedup new/base [95% CI]": (f"{d.speedup_ratio:.3f} [{d.speedup_ci[0]:.3f}-{d.speedup_ci[1]:.3f}]"
+                                          if d.speedup_ratio and d.speedup_ci else "-"),
+            "speedup verdict": d.speedup_verdict,
             "compile new/base": f"{d.compile_ratio:.2f} ({d.compile_verdict})" if d.compile_ratio else "-",
             "numerics": d.numerics_change,
         })
@@ -154,9 +203,11 @@ def render_markdown(base: RunResults, new: RunResults, diffs: list[CellDiff]) ->
     else:
         lines += ["Same environment (CPU, cores, threads, device, OS, package versions).", ""]
     lines += [diff_frame(diffs).to_markdown(index=False), "",
-              "Verdicts: bootstrap 95% CI of the ratio of medians from both runs' samples; slower/faster only when "
+              "Verdicts: bootstrap 95% CI of the ratio of medians from both runs' samples, and of the ratio of "
+              "speedups over each run's in-cell eager (paired bootstrap); slower/faster and worse/better only when "
               f"the whole interval is beyond +-{MIN_EFFECT:.0%}; compile time (one sample per run) beyond "
-              f"+-{COMPILE_TOLERANCE:.0%}.", "",
+              f"+-{COMPILE_TOLERANCE:.0%}. Cells with a different cache state or tuning-log reuse are not "
+              "compared.", "",
               "## Geometric mean of latency ratios per backend (new/base, slowdowns included)", ""]
     lines += [f"- {b}: {v['geomean_ratio']:.3f} over {v['cells']} cell(s)" for b, v in gm.items()]
     return "\n".join(lines) + "\n"
@@ -183,8 +234,12 @@ def render_html(base: RunResults, new: RunResults, diffs: list[CellDiff]) -> str
 def run(args, console) -> int:
     from rich.table import Table
 
+    from .derived import fill_derived
+
     base = RunResults.load(args.base)
     new = RunResults.load(args.new)
+    for results in (base, new):
+        fill_derived(results)
     diffs = diff_cells(base, new, args.min_effect / 100)
     out_dir = Path(args.output_dir) if args.output_dir else (Path(args.new) if Path(args.new).is_dir() else Path(args.new).parent)
     atomic_write_text(out_dir / "diff.md", render_markdown(base, new, diffs))

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import SUMMARY_COLUMNS, environment_line, geomean_rows, problems, summary_rows
+from .report import (SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line,
+                     summary_rows)
 from .results import RunResults, atomic_write_text
 
-PHASE_ORDER = ["export", "import", "trace", "codegen", "tune", "build", "compile", "session", "load", "first_call"]
+PHASE_ORDER = ["export", "frontend", "trace", "codegen", "tune", "build", "compile", "session", "load", "first_call"]
 
 
 def _figure_to_data_uri(fig) -> str:
@@ -170,11 +171,12 @@ def plot_dynamic(results: RunResults) -> str | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 3.5))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["specialize_transition_s"] for r in rows], 0.4, label="specialize")
-    ax.bar([x + 0.2 for x in xs], [r["symbolic_transition_s"] for r in rows], 0.4, label="symbolic")
+    ax.bar([x - 0.2 for x in xs], [max(r["specialize_transition_s"], 1e-4) for r in rows], 0.4, label="specialize")
+    ax.bar([x + 0.2 for x in xs], [max(r["symbolic_transition_s"], 1e-4) for r in rows], 0.4, label="symbolic")
     ax.set_xticks(list(xs), [f"{r['workload']}\n{r['backend']}" for r in rows], fontsize=7)
-    ax.set_ylabel("shape-transition cost, s")
-    ax.set_title("Dynamic shapes: cumulative transition cost")
+    ax.set_yscale("log")
+    ax.set_ylabel("s per shape transition beyond a steady call")
+    ax.set_title("Dynamic shapes: cost per shape transition (after a warm-up size)")
     ax.legend()
     return _figure_to_data_uri(fig)
 
@@ -272,6 +274,8 @@ def render_html(results: RunResults) -> str:
         f"<script>{_CHECK_SCRIPT}</script></head><body>",
         f"<h1>dlcompare run {esc(results.run_id)} <small>({esc(results.state)})</small></h1>",
         f"<p>{esc(environment_line(results))}</p>",
+        f"<p><b>Conditions:</b> {esc(conditions_line(results))}</p>",
+        f"<p>{esc(reference_line(results) or '')}</p>",
         "<h2>Summary</h2>",
         pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
     ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from .report import fmt_break_even
 from .results import RunResults, atomic_write_text
 
 # The survey's own figures (RTX A6000 GPU, TorchInductor vs eager, FP32): quoted, never measured here.
@@ -54,7 +55,9 @@ def paper_markdown(results: RunResults) -> str:
         f"Common protocol: inference, FP32, float32 matmul precision 'highest', seed {cfg.get('seed')}, "
         f"{env.get('threads')} thread(s) for every backend, every cell in its own worker process, eager timed "
         f"alternately with each backend in the same worker (soft budget {timing.get('budget_s')} s, at least "
-        f"{timing.get('min_samples')} samples per cell), medians reported.",
+        f"{timing.get('min_samples')} samples per process), {cfg.get('processes', 1)} fresh worker process(es) per "
+        f"cell with their samples pooled, medians reported. Allocator: "
+        f"{env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}.",
     ]
 
     # 1. static speedups
@@ -79,14 +82,17 @@ def paper_markdown(results: RunResults) -> str:
         if c.backend == "eager" or not c.amortization:
             continue
         row = {"workload": c.label, "backend": c.backend, "compile s": _fmt(c.compile_s, ".3g"),
-               "break-even calls": f"{math.ceil(c.break_even_calls):,}" if c.break_even_calls else "never"}
+               "tuning s behind the log": _fmt(c.tuning_s, ".0f") if "tune" in c.compile_phases else "-",
+               "break-even calls [95% CI]": fmt_break_even(c)}
         for point in c.amortization:
             if point["calls"] in (100, 10_000, 1_000_000):
                 row[f"n={point['calls']:,}: compiled/eager s"] = f"{point['compiled_s']:.3g} / {point['eager_s']:.3g}"
         rows.append(row)
     out += ["", "## 2. Compile-cost amortization", "",
-            "break_even = compile_s / (eager latency - compiled latency); 'never' when the compiled code is not "
-            "faster. Cumulative time after n calls = compile + n x latency against n x eager latency (all decades "
+            "break_even = everything paid / (eager latency - compiled latency), where everything paid is the "
+            "compile time plus, for a tuned backend, all the tuning behind its log (run now or earlier; the figure "
+            "without tuning is in parentheses). 'never' when the speedup's 95% interval reaches 1. The interval "
+            "comes from the same paired bootstrap as the speedup. Cumulative time after n calls = compile + n x latency against n x eager latency (all decades "
             f"from 1 to 10^7 are in results.json, field `amortization`). Paper: {PAPER_BREAK_EVEN}.", "", _table(rows)]
 
     # 3. numerics
@@ -109,72 +115,102 @@ def paper_markdown(results: RunResults) -> str:
     dyn = results.experiments.get("dynamic_shapes")
     out += ["", "## 4. Dynamic shapes", ""]
     if dyn:
-        proto = dyn.get("protocol", {})
-        plans = dyn.get("plans", {})
-        out.append(
-            f"Protocol: one dimension per workload cycles through {proto.get('distinct_sizes')} distinct sizes over "
-            f"{proto.get('calls')} calls (seed {proto.get('seed')}), then up to {proto.get('steady_calls_per_size')} more "
-            "calls per size (at least 3, about 2 s per size at most) for the steady state. *specialize* compiles per new shape (Inductor dynamic=False with a "
-            "recompile per shape; TVM/ORT/IREE one build per shape); *symbolic* compiles once with a symbolic "
-            "dimension. Transition cost = compile + first call at each new shape. Compiles are read from the backend "
-            f"(dynamo's graph count for Inductor). Paper: {PAPER_DYNAMIC}.")
-        out.append("")
-        out.append("Shapes: " + "; ".join(f"{w}: {p['dim']} in {p['values']}" for w, p in plans.items()))
-        rows = []
-        for r in dyn.get("summary", []):
-            rows.append({
-                "workload": r["workload"], "backend": r["backend"],
-                "specialize: transition s (compiles)": (f"{r['specialize_transition_s']:.3g} ({r.get('specialize_compiles')})"
-                                                        if "specialize_transition_s" in r else r.get("specialize_status")),
-                "symbolic: transition s (compiles)": (f"{r['symbolic_transition_s']:.3g} ({r.get('symbolic_compiles')})"
-                                                      if "symbolic_transition_s" in r else r.get("symbolic_status")),
-                "transition cost reduction": ("-" if r.get("transition_reduction") is None
-                                              else f"{r['transition_reduction'] * 100:.1f}%"),
-                "steady-state slowdown (mean, range)": (_pct(r.get("steady_slowdown")) + (
-                    f" ({_pct(r['steady_slowdown_range'][0])} to {_pct(r['steady_slowdown_range'][1])})"
-                    if r.get("steady_slowdown_range") else "")),
-                PAPER_LABEL: "~70% / 3.2-10.8%",
-            })
-        out += ["", _table(rows)]
-        problems = [r for r in dyn.get("records", []) if r.get("status") != "ok"]
-        if problems:
-            out += [""] + [f"- {r['workload']} / {r['backend']} ({r['strategy']}): {r['status']}: {r.get('error')}"
-                           for r in problems]
+        out += _dynamic_section(dyn)
     else:
         out.append("(not run)")
 
     # 5. memory
-    rows = [{"workload": c.label, "backend": c.backend, "peak RSS MB": _fmt(c.peak_rss_mb, ".0f"),
-             "peak above baseline MB": _fmt(c.peak_rss_delta_mb, ".1f"),
-             "ratio to eager": _fmt(c.peak_rss_ratio_vs_eager, ".2f")} for c in cells]
+    rows = [{"workload": c.label, "backend": c.backend, "load MB": _fmt(c.load_mb, ".0f"),
+             "compile peak MB": _fmt(c.compile_peak_mb, ".0f"),
+             "of which child processes": _fmt(c.compile_children_peak_mb, ".0f"),
+             "steady state MB": _fmt(c.steady_state_mb, ".1f"), "one call's transient MB": _fmt(c.call_peak_mb, ".1f")}
+            for c in cells]
     out += ["", "## 5. Memory", "",
-            "Peak resident memory of the worker through compile and the first two calls, above a baseline taken "
-            "after the model and inputs exist (Linux: VmHWM after resetting it). The paper does not report memory.",
-            "", _table(rows)]
+            "Three figures per cell, in MB. *Load*: the resident memory that importing the backend's libraries and "
+            "runtime added. *Compile peak*: the high-water mark of the worker plus its child processes (Inductor's "
+            "compile workers, TVM's builder and runner pools; sampled every 20 ms, the worker's own peak exact) "
+            "through compile and the first two calls, above the RSS after loading. *Steady state*: what stays "
+            "resident after warm-up above the RSS after loading (compiled code, constants, arenas), read after "
+            "glibc's malloc_trim so that it does not depend on the trim threshold. Allocator of this run: "
+            f"{env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}. Under glibc-tuned and system glibc the "
+            "figures are comparable; under jemalloc/tcmalloc freed pages stay with the allocator, so compile "
+            "leftovers count in the steady state. The paper does not report memory.", "", _table(rows)]
 
     # 6. roofline
     ceilings = results.experiments.get("roofline_ceilings")
     out += ["", "## 6. Roofline", ""]
     if ceilings:
-        out.append(f"Ceilings of this machine: {ceilings['peak_gflops']:.1f} GFLOP/s and {ceilings['peak_gbps']:.1f} "
-                   f"GB/s ({ceilings['method']}). FLOPs from torch's flop counter (matmul/conv; pointwise ops count 0), "
-                   "minimum bytes = inputs + weights + outputs once. Fraction = roofline-bound time / measured time.")
+        from .roofline import ceiling_check
+
+        out.append(f"Ceilings of this machine: compute {ceilings['peak_gflops']:.1f} GFLOP/s "
+                   f"({ceilings.get('compute_source', ceilings['method'])}); memory {ceilings['peak_gbps']:.1f} GB/s "
+                   f"({ceilings.get('memory_source', ceilings['method'])}). FLOPs = torch's flop counter for "
+                   "matmul/conv plus a documented per-element cost for pointwise, normalization and reduction ops "
+                   "(transcendentals cost 10-16, see compare/roofline.py); minimum bytes = inputs + weights + "
+                   "outputs once. Fraction = roofline-bound time / measured time.")
         rows = []
         for c in cells:
             if not c.roofline:
                 continue
             rows.append({"workload": c.label, "backend": c.backend, "GFLOP": _fmt(c.work["flops"] / 1e9, ".3g"),
+                         "of which pointwise": _fmt(c.work.get("pointwise_flops", 0) / 1e9, ".3g"),
                          "MB": _fmt(c.work["min_bytes"] / 1e6, ".3g"), "bound": c.roofline["bound"],
                          "GFLOP/s": _fmt(c.roofline["achieved_gflops"], ".3g"),
                          "GB/s": _fmt(c.roofline["achieved_gbps"], ".3g"),
                          "fraction of roofline": f"{c.roofline['fraction_of_roofline'] * 100:.1f}%"})
         out += ["", _table(rows)]
+        exceeded = ceiling_check(cells, ceilings)
+        out += ["", "Where a measured ceiling does not bound what a backend reached:", ""]
+        out += [f"- {note}" for note in exceeded] if exceeded else ["- nowhere: every cell is under both ceilings."]
     else:
         out.append(f"(ceilings not measured: {results.experiments.get('roofline_ceilings_error', 'not run')})")
 
     if failed:
         out += ["", "## Cells that did not run", ""] + [f"- {c.label} / {c.backend}: {c.status}: {c.error}" for c in failed]
     return "\n".join(out) + "\n"
+
+
+def _dynamic_section(dyn: dict[str, Any]) -> list[str]:
+    proto = dyn.get("protocol", {})
+    plans = dyn.get("plans", {})
+    out = [
+        f"Protocol: one dimension per workload takes K = {proto.get('distinct_sizes')} distinct sizes over a seeded "
+        f"sequence of {proto.get('calls')} calls (seed {proto.get('seed')}). Each strategy runs in its own worker, "
+        "warmed first on a throwaway size outside the K (one-time costs, the symbolic compile among them, land "
+        "there: the warm-up column). A *transition* is the first call at one of the K sizes; its cost is that "
+        "call's time beyond a steady call at the same size, averaged over the K transitions. *specialize* compiles "
+        "per new shape (Inductor dynamic=False, recompiling per shape; TVM/ORT/IREE one build per shape); "
+        "*symbolic* compiles once with a symbolic dimension. The steady-state slowdown of symbolic over "
+        "specialized code is timed alternately in a third worker that holds both, at every size (geometric mean "
+        f"over sizes, paired-bootstrap 95% interval). Paper: {PAPER_DYNAMIC}.", "",
+        "Sizes: " + "; ".join(f"{w}: {p['dim']} in {p['values']} (warm-up {p.get('warmup_value')})"
+                               for w, p in plans.items()),
+    ]
+    rows = []
+    for r in dyn.get("summary", []):
+        rows.append({
+            "workload": r["workload"], "backend": r["backend"], "K": r.get("transitions", "-"),
+            "specialize: s per transition (warm-up s)": _strategy_cell(r, "specialize"),
+            "symbolic: s per transition (warm-up s)": _strategy_cell(r, "symbolic"),
+            "transition cost reduction": ("-" if r.get("transition_reduction") is None
+                                          else f"{r['transition_reduction'] * 100:.1f}%"),
+            "steady-state slowdown [95% CI]": (_pct(r.get("steady_slowdown")) + (
+                f" [{_pct(r['steady_slowdown_ci'][0])} to {_pct(r['steady_slowdown_ci'][1])}]"
+                if r.get("steady_slowdown_ci") else "")) if "steady_slowdown" in r else r.get("steady_status", "-"),
+            PAPER_LABEL: "~70% / 3.2-10.8%",
+        })
+    out += ["", _table(rows)]
+    problems = [r for r in dyn.get("records", []) if r.get("status") != "ok"]
+    if problems:
+        out += [""] + [f"- {r['workload']} / {r['backend']} ({r['strategy']}): {r['status']}: {r.get('error')}"
+                       for r in problems]
+    return out
+
+
+def _strategy_cell(row: dict[str, Any], name: str) -> str:
+    if f"{name}_transition_s" not in row:
+        return str(row.get(f"{name}_status"))
+    return f"{row[f'{name}_transition_s']:.3g} ({row[f'{name}_warmup_s']:.3g})"
 
 
 def _pct(value) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from .derived import REFERENCE_TOLERANCE, reference_spread
 from .results import Cell, RunResults, atomic_write_text
 
 
@@ -22,14 +23,20 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "device": cell.device,
         "status": cell.status,
         "error": cell.error,
+        "import_s": cell.import_s,
         "compile_s": cell.compile_s,
+        "time_to_first_result_s": cell.time_to_first_result_s,
+        "tuning_s": cell.tuning_s,
         "latency_ms": lat.median if lat else None,
         "latency_p10_ms": lat.p10 if lat else None,
         "latency_p90_ms": lat.p90 if lat else None,
         "latency_iqr_ms": lat.iqr if lat else None,
         "latency_samples": lat.n if lat else None,
         "calls_per_sample": lat.number if lat else None,
+        "processes": len(cell.process_samples or []) or None,
         "eager_latency_ms": cell.eager_latency_ms,
+        "eager_only_ms": cell.eager_only_ms,
+        "reference_deviation": cell.reference_deviation,
         "speedup": cell.speedup,
         "speedup_ci_low": cell.speedup_ci[0] if cell.speedup_ci else None,
         "speedup_ci_high": cell.speedup_ci[1] if cell.speedup_ci else None,
@@ -40,9 +47,15 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "eager_max_abs_err_fp64": cell.eager_max_abs_err_fp64,
         "numerics_ok": cell.numerics_ok,
         "break_even_calls": cell.break_even_calls,
+        "break_even_calls_excl_tuning": cell.break_even_calls_excl_tuning,
+        "break_even_ci_low": cell.break_even_ci[0] if cell.break_even_ci else None,
+        "break_even_ci_high": cell.break_even_ci[1] if cell.break_even_ci else None,
         "peak_rss_mb": cell.peak_rss_mb,
-        "peak_rss_delta_mb": cell.peak_rss_delta_mb,
+        "load_mb": cell.load_mb,
+        "compile_peak_mb": cell.compile_peak_mb,
+        "steady_state_mb": cell.steady_state_mb,
         "threads": cell.threads,
+        "allocator": cell.allocator,
         "cache": cell.cache,
     }
     for phase, seconds in cell.compile_phases.items():
@@ -85,14 +98,37 @@ def fmt_err(value: float | None) -> str:
     return f"{value:.2e}"
 
 
+def _calls(value: float) -> str:
+    return f"{math.ceil(value):,}"
+
+
 def fmt_break_even(cell: Cell) -> str:
     if cell.status != "ok":
         return "-"
     if cell.backend == "eager":
         return "(reference)"
     if cell.break_even_calls is None:
+        if cell.break_even_note and cell.break_even_note.startswith("unknown"):
+            excl = cell.break_even_calls_excl_tuning
+            return "unknown with tuning" + (f"; {_calls(excl)} without" if excl else "")
         return "never"
-    return f"{math.ceil(cell.break_even_calls):,}"
+    text = _calls(cell.break_even_calls)
+    if cell.break_even_ci:
+        text += f" [{_calls(cell.break_even_ci[0])}-{_calls(cell.break_even_ci[1])}]"
+    if cell.break_even_calls_excl_tuning is not None:
+        text += f" ({_calls(cell.break_even_calls_excl_tuning)} without tuning)"
+    return text
+
+
+def fmt_reference(cell: Cell) -> str:
+    """The in-cell eager median, and how far it is from the eager-only cell's."""
+    if cell.eager_latency_ms is None:
+        return "-"
+    text = f"{cell.eager_latency_ms:.4g}"
+    if cell.backend != "eager" and cell.reference_deviation is not None:
+        flag = " (!)" if abs(cell.reference_deviation) > REFERENCE_TOLERANCE else ""
+        text += f" ({cell.reference_deviation * 100:+.1f}%{flag})"
+    return text
 
 
 def fmt_numerics(cell: Cell) -> str:
@@ -107,12 +143,15 @@ def fmt_status(cell: Cell) -> str:
         notes.append(f"cache {cell.cache}")
     tuning = cell.info.get("tuning") if isinstance(cell.info, dict) else None
     if tuning:
-        notes.append("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
+        spent = f", {cell.tuning_s:.0f} s of tuning" if cell.tuning_s is not None else ""
+        notes.append(("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
+                     + f" of {tuning.get('trials_requested')}{spent}")
     return cell.status + (f" ({', '.join(notes)})" if notes else "")
 
 
-SUMMARY_COLUMNS = ["workload", "backend", "status", "compile s", "latency ms (median ± IQR/2)",
-                   "speedup vs eager [95% CI]", "max abs err", "break-even calls"]
+SUMMARY_COLUMNS = ["workload", "backend", "status", "compile s", "first result s", "latency ms (median ± IQR/2)",
+                   "in-cell eager ms (vs eager-only)", "speedup vs eager [95% CI]", "max abs err",
+                   "break-even calls [95% CI]"]
 
 
 def summary_rows(results: RunResults) -> list[list[str]]:
@@ -123,7 +162,9 @@ def summary_rows(results: RunResults) -> list[list[str]]:
             cell.backend,
             fmt_status(cell),
             fmt_seconds(cell.compile_s) if cell.status == "ok" else "-",
+            fmt_seconds(cell.time_to_first_result_s) if cell.status == "ok" else "-",
             fmt_ms(cell.latency_ms),
+            fmt_reference(cell),
             fmt_speedup(cell),
             fmt_numerics(cell),
             fmt_break_even(cell),
@@ -141,38 +182,88 @@ def problems(results: RunResults) -> list[str]:
     return out
 
 
+def _counted(cell: Cell) -> bool:
+    return (cell.status == "ok" and cell.numerics_ok is not False
+            and isinstance(cell.speedup, (int, float)) and cell.speedup > 0)
+
+
 def geomean_rows(results: RunResults) -> list[dict[str, Any]]:
-    """Geometric-mean speedup over eager per backend, batch and dtype, over the cells that
-    ran and agreed numerically (slowdowns count as such). Cells left out are counted."""
+    """Geometric-mean speedup over eager per backend, batch and dtype, over one common set
+    of workloads: those where every backend of the group ran and agreed numerically, so
+    that no backend's mean leaves out the workloads it is bad at. Slowdowns count as
+    such; every cell left out is listed with the reason. A backend that ran nowhere in the
+    group does not empty the common set: it gets its own row saying so."""
     groups: dict[tuple, list[Cell]] = {}
     for cell in results.cells:
         if cell.backend != "eager":
-            groups.setdefault((cell.backend, cell.batch, cell.dtype), []).append(cell)
+            groups.setdefault((cell.batch, cell.dtype), []).append(cell)
     rows = []
-    for (backend, batch, dtype), cells in groups.items():
-        counted = [c.speedup for c in cells if c.status == "ok" and c.numerics_ok is not False
-                   and isinstance(c.speedup, (int, float)) and c.speedup > 0]
-        geomean = math.exp(sum(math.log(x) for x in counted) / len(counted)) if counted else None
-        left_out = [f"{c.workload} ({c.status if c.status != 'ok' else 'numerics'})" for c in cells
-                    if not (c.status == "ok" and c.numerics_ok is not False)]
-        rows.append({
-            "backend": backend,
-            "batch": "own" if batch is None else batch,
-            "dtype": dtype,
-            "geomean speedup": f"{geomean:.2f}x" if geomean else "-",
-            "slower than eager": f"{sum(x < 1 for x in counted)} of {len(counted)}",
-            "range": f"{min(counted):.2f}-{max(counted):.2f}x" if counted else "-",
-            "left out": ", ".join(left_out) or "-",
-        })
+    for (batch, dtype), cells in groups.items():
+        backends = list(dict.fromkeys(c.backend for c in cells))
+        counted = {b: {c.workload: c.speedup for c in cells if c.backend == b and _counted(c)} for b in backends}
+        present = [b for b in backends if counted[b]]
+        common = set.intersection(*(set(counted[b]) for b in present)) if present else set()
+        for backend in backends:
+            values = [counted[backend][w] for w in sorted(common) if w in counted[backend]]
+            geomean = math.exp(sum(math.log(x) for x in values) / len(values)) if values else None
+            left_out = [f"{c.workload} ({_why_left_out(c)})" for c in cells
+                        if c.backend == backend and c.workload not in common]
+            rows.append({
+                "backend": backend,
+                "batch": "own" if batch is None else batch,
+                "dtype": dtype,
+                "geomean speedup": f"{geomean:.2f}x" if geomean else "-",
+                "common cells": len(values),
+                "slower than eager": f"{sum(x < 1 for x in values)} of {len(values)}",
+                "range": f"{min(values):.2f}-{max(values):.2f}x" if values else "-",
+                "left out": ", ".join(left_out) or "-",
+            })
     return rows
+
+
+def _why_left_out(cell: Cell) -> str:
+    if cell.status != "ok":
+        return cell.status
+    if cell.numerics_ok is False:
+        return "numerics"
+    if not _counted(cell):
+        return "no speedup"
+    return "another backend has no figure here"
 
 
 def environment_line(results: RunResults) -> str:
     env = results.environment
     versions = env.get("versions", {})
     shown = ", ".join(f"{k} {v}" for k, v in versions.items())
-    return (f"{env.get('cpu_model', '?')}, {env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores, "
-            f"device {env.get('device', '?')}; {shown}")
+    return (f"{env.get('cpu_model', '?')} ({isa_line(env)}), device {env.get('device', '?')}; {shown}")
+
+
+def isa_line(env: dict[str, Any]) -> str:
+    flags = env.get("cpu_flags") or []
+    wide = [f for f in flags if f.startswith(("avx512f", "amx"))] or [f for f in flags if f.startswith("avx2")]
+    return ", ".join(wide) or "no AVX2"
+
+
+def conditions_line(results: RunResults) -> str:
+    """The run conditions that move headline figures, stated next to them."""
+    env, cfg = results.environment, results.config
+    cache = cfg.get("cache", "cold")
+    return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend; "
+            f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
+            f"thread spin {cfg.get('thread_spin', 'default')}; "
+            f"{cfg.get('processes', 1)} worker process(es) per cell; cache {cache}; "
+            f"TVM budget {cfg.get('options', {}).get('tvm_trials', '-')} trials")
+
+
+def reference_line(results: RunResults) -> str | None:
+    spread = reference_spread(results)
+    if spread is None:
+        return None
+    beyond = spread["beyond"]
+    return (f"Eager reference: the in-cell eager medians are {spread['median'] * 100:+.1f}% (median) from their "
+            f"workload's eager-only median; the largest deviation is {spread['largest'] * 100:+.1f}% "
+            f"({spread['largest_cell']}); {len(beyond)} of {spread['cells']} cells beyond "
+            f"±{REFERENCE_TOLERANCE:.0%}" + (f": {', '.join(beyond)}" if beyond else "") + ".")
 
 
 def summary_markdown(results: RunResults) -> str:
@@ -182,18 +273,26 @@ def summary_markdown(results: RunResults) -> str:
         "",
         f"Environment: {environment_line(results)}",
         "",
+        f"Conditions: {conditions_line(results)}",
+        "",
         frame.to_markdown(index=False) if len(frame) else "(no cells)",
         "",
         "Latency: median per call with half the interquartile range; eager is timed alternately with each "
-        "backend in the same worker, and the speedup interval is a bootstrap 95% CI of the ratio of medians. "
-        "Break-even calls = compile s / (eager latency - backend latency).",
+        "backend in the same worker(s), and the speedup interval is a paired bootstrap 95% CI of the ratio of "
+        "medians (pairs resampled within each worker process). Break-even calls = (compile s + all tuning s "
+        "behind a tuned backend's log) / (eager latency - backend latency), 'never' when the speedup's interval "
+        "reaches 1. First result s = importing torch and the backend + compile + first call.",
     ]
+    ref = reference_line(results)
+    if ref:
+        lines += ["", ref]
     geo = geomean_rows(results)
     if geo:
         lines += ["", "## Geometric-mean speedup per backend", "",
                   pd.DataFrame(geo).to_markdown(index=False), "",
-                  "Over the cells that ran and agreed with the reference; cells that failed, were unavailable "
-                  "or disagreed numerically are left out and listed."]
+                  "Over one common set of workloads per batch and dtype: those where every backend ran and "
+                  "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
+                  "backend's failure) are listed."]
     issues = problems(results)
     if issues:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in issues]
@@ -209,7 +308,7 @@ def write_tables(results: RunResults, out_dir: str | Path) -> None:
 def rich_table(results: RunResults):
     from rich.table import Table
 
-    table = Table(title=f"dlcompare {results.run_id}", caption=environment_line(results))
+    table = Table(title=f"dlcompare {results.run_id}: {conditions_line(results)}", caption=environment_line(results))
     for column in SUMMARY_COLUMNS:
         table.add_column(column, overflow="fold")
     styles = {"ok": "", "unavailable": "dim", "failed": "red", "timeout": "red", "out_of_memory": "red"}
@@ -224,7 +323,7 @@ def rich_geomean_table(results: RunResults):
     rows = geomean_rows(results)
     if not rows:
         return None
-    table = Table(title="geometric-mean speedup over eager (cells that ran and agreed)")
+    table = Table(title="geometric-mean speedup over eager (a common set of cells that ran and agreed)")
     for column in rows[0]:
         table.add_column(column, overflow="fold")
     for row in rows:

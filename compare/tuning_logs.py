@@ -57,10 +57,12 @@ def _list(root: Path, console) -> int:
         console.print(f"no tuning logs under {root / 'tvm'}")
         return 0
     table = Table(title=f"TVM tuning logs in {root}")
-    for col in ("target", "workload", "trials", "budget", "tasks", "best ms per task", "size", "updated", "status"):
+    for col in ("target", "workload", "trials", "budget", "tuning s", "tasks", "best ms per task", "size", "updated",
+                "status"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["target"], r["workload"], str(r["trials"]), str(r["budget"]), str(r["tasks"]),
+        tuning_s = "unknown" if r.get("tuning_s") is None else f"{r['tuning_s']:.0f}"
+        table.add_row(r["target"], r["workload"], str(r["trials"]), str(r["budget"]), tuning_s, str(r["tasks"]),
                       ", ".join(f"{v:.4g}" for v in r["best_ms_per_task"]), f"{r['bytes'] / 1024:.0f} KiB",
                       str(r["updated"]), r["status"])
     console.print(table)
