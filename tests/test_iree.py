@@ -19,6 +19,10 @@ def test_iree_small_five_workloads(tmp_path):
         assert set(c["compile_phases"]) == {"export", "compile", "load", "first_call"}
         assert c["info"]["driver"] == "local-task"  # 2 threads by default here... or more
         assert c["info"]["vmfb_bytes"] > 0
+        # exactly one IREE worker per thread, as IREE's runtime itself created them
+        assert c["settings"]["task_topology_group_count"] == c["threads"]
+        assert c["info"]["task_workers_observed"] == c["threads"]
+        assert c["settings"]["iree-llvmcpu-target-cpu"] == "host"
 
 
 def test_iree_one_thread_uses_local_sync(tmp_path):

@@ -3,11 +3,13 @@ import csv
 
 import pytest
 
-from conftest import load_results, run_cli
+from conftest import FIXTURES, load_results, run_cli
 
 CELL_FIELDS = {
     "workload", "backend", "status", "error", "compile_s", "compile_phases", "latency_ms", "eager_latency_ms",
     "speedup", "max_abs_err", "max_rel_err", "numerics_ok", "break_even_calls", "peak_rss_mb", "threads",
+    "import_s", "torch_import_s", "time_to_first_result_s", "settings", "allocator", "load_mb", "compile_peak_mb",
+    "steady_state_mb", "eager_only_ms", "reference_deviation", "numerics_after_timing",
 }
 
 
@@ -23,7 +25,7 @@ def test_small_run_measures_every_cell(small_run):
     out, proc = small_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = load_results(out)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert {"environment", "cells", "config"} <= set(data)
     env = data["environment"]
     assert env["threads"] == 1 and env["versions"]["torch"].startswith("2.13.0")
@@ -43,20 +45,35 @@ def test_small_run_measures_every_cell(small_run):
         assert c["threads"] == 1
         assert c["peak_rss_mb"] > 0
         assert c["compile_s"] == pytest.approx(sum(c["compile_phases"].values()))
+        # importing the backend is its own phase, outside compile_s, and counts towards the first result
+        assert "import" not in c["compile_phases"] and c["import_s"] >= 0
+        assert c["time_to_first_result_s"] == pytest.approx(c["torch_import_s"] + c["import_s"] + c["compile_s"])
+        assert c["allocator"].startswith("glibc (MALLOC_MMAP_MAX_=0")
+        assert c["numerics_after_timing"]["ok"] is True
+        assert c["process_samples"] == [c["latency_ms"]["n"]]
+        assert c["settings"]["threads"] == 1
         if c["backend"] == "eager":
             assert c["speedup"] == 1.0
         else:
             # measured alternately in the same worker: present and consistent
-            assert c["eager_latency_ms"] > 0
+            assert c["eager_latency_ms"] > 0 and c["import_s"] > 0 and c["load_mb"] is not None
             assert c["speedup"] == pytest.approx(c["eager_latency_ms"] / c["latency_ms"]["median"])
-            if c["speedup"] > 1:
+            assert c["eager_only_ms"] > 0
+            assert c["reference_deviation"] == pytest.approx(c["eager_latency_ms"] / c["eager_only_ms"] - 1)
+            lo, hi = c["speedup_ci"]
+            if lo > 1:
                 assert c["break_even_calls"] == pytest.approx(
                     c["compile_s"] / ((c["eager_latency_ms"] - c["latency_ms"]["median"]) / 1e3))
             else:
-                assert c["break_even_calls"] is None
+                assert c["break_even_calls"] is None and c["break_even_note"].startswith("never")
     phases = {c["backend"]: set(c["compile_phases"]) for c in cells}
     assert phases["inductor"] == {"trace", "codegen", "first_call"}
     assert phases["ort"] == {"export", "session", "first_call"}
+    settings = {c["backend"]: c["settings"] for c in cells}
+    assert settings["inductor"]["freezing"] is True and settings["inductor"]["mode"] == "default"
+    assert settings["ort"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
+    assert settings["ort"]["intra_op_num_threads"] == 1 and settings["ort"]["session.intra_op.allow_spinning"] == "0"
+    assert settings["eager"]["no_grad"] is True
 
 
 def test_small_run_writes_csv_and_summary(small_run):
@@ -65,6 +82,8 @@ def test_small_run_writes_csv_and_summary(small_run):
     assert len(rows) == 15 and rows[0]["latency_ms"]
     summary = (out / "summary.md").read_text()
     assert "| workload" in summary and "break-even calls" in summary
+    assert "Eager reference: the in-cell eager medians" in summary and "largest deviation" in summary
+    assert "allocator glibc-tuned" in summary and "1 worker process(es) per cell" in summary
     for w in ("elementwise_chain", "attention"):
         assert w in summary
     # the terminal table
@@ -77,3 +96,27 @@ def test_report_regenerates_tables(small_run, tmp_path):
     proc = run_cli("report", out)
     assert proc.returncode == 0, proc.stderr
     assert "elementwise_chain" in (out / "summary.md").read_text()
+
+
+def test_processes_pool_pairs_from_fresh_workers(tmp_path):
+    proc = run_cli("--backends", "ort", "--workloads", "mlp", "--size", "small", "--processes", "2",
+                   "--time-budget", "0.3", "--min-samples", "4", "--threads", "1", "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = {c["backend"]: c for c in load_results(tmp_path)["cells"]}
+    for cell in cells.values():
+        assert len(cell["process_samples"]) == 2 and len(cell["processes"]) == 2
+        assert sum(cell["process_samples"]) == cell["latency_ms"]["n"] == cell["eager_latency"]["n"]
+        assert all(p["latency_median_ms"] > 0 for p in cell["processes"])
+    lo, hi = cells["ort"]["speedup_ci"]
+    assert lo <= cells["ort"]["speedup"] <= hi
+
+
+def test_outputs_that_change_across_calls_fail_numerics(tmp_path):
+    proc = run_cli("--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads.py",
+                   "--workloads", "drifts", "--size", "small", "--time-budget", "0.3", "--min-samples", "3",
+                   "--output-dir", tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (cell,) = load_results(tmp_path)["cells"]
+    assert cell["status"] == "ok" and cell["numerics_ok"] is False
+    assert "outputs changed after the timed calls" in cell["numerics_error"]
+    assert cell["numerics_after_timing"]["ok"] is False

@@ -35,12 +35,17 @@ def test_first_run_tunes_and_writes_keyed_logs(tuned):
     tuning = cell["info"]["tuning"]
     assert tuning["reused"] is False and tuning["trials_measured"] > 0 and tuning["tasks"] >= 1
     assert cell["compile_phases"]["tune"] > 1.0
-    assert set(cell["compile_phases"]) == {"export", "import", "tune", "build", "load", "first_call"}
+    assert set(cell["compile_phases"]) == {"export", "frontend", "tune", "build", "load", "first_call"}
     log_dir = logs / "tvm" / tuning["target_key"]
     assert f"_{cell['threads']}t_" in tuning["target_key"] and "tvm0.27" in tuning["target_key"]
     stored = list(log_dir.glob(f"tiny_linear-small-*/{RECORD_FILE}"))
     assert len(stored) == 1
     assert tuning["history"] and all(h["trials"] > 0 for h in tuning["history"])
+    # the tuning's wall time is kept with the log and counted in the break-even
+    assert cell["tuning_s"] == pytest.approx(cell["compile_phases"]["tune"])
+    assert cell["settings"]["tvm_trials"] == 4
+    # MetaSchedule's builder and runner are child processes: the compile peak counts them
+    assert cell["compile_children_peak_mb"] > 0
     untuned = next(c for c in load_results(base / "r1")["cells"] if c["backend"] == "tvm-untuned")
     assert untuned["status"] == "ok" and untuned["numerics_ok"] is True
     assert "tune" not in untuned["compile_phases"]
@@ -54,6 +59,10 @@ def test_second_run_reuses_the_log(tuned):
     assert second["compile_phases"]["tune"] < 0.05
     assert second["compile_s"] < first["compile_s"] / 5
     assert second["max_abs_err"] == pytest.approx(first["max_abs_err"], abs=1e-6)
+    # a reused log still carries the tuning that made it
+    assert second["tuning_s"] == pytest.approx(first["tuning_s"])
+    if second["break_even_calls"] is not None:
+        assert second["break_even_calls"] > second["break_even_calls_excl_tuning"]
 
 
 def test_corrupt_log_is_set_aside_and_retuned(tuned, tmp_path):

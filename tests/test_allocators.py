@@ -1,0 +1,42 @@
+"""--allocator is a recorded run condition that every worker really runs under."""
+import pytest
+
+from compare import allocators, cli
+from conftest import FIXTURES, load_results, run_cli
+
+COMMON = ["--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads.py", "--workloads", "fine",
+          "--size", "small", "--time-budget", "0.2", "--min-samples", "3"]
+
+
+def test_allocator_environments():
+    assert allocators.allocator_env("system") == {}
+    assert allocators.allocator_env("glibc-tuned") == allocators.GLIBC_TUNED_ENV
+    with pytest.raises(allocators.AllocatorMissing, match="unknown allocator"):
+        allocators.allocator_env("mimalloc")
+
+
+def test_a_missing_library_is_a_one_line_usage_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(allocators, "find_library", lambda name: None)
+    code = cli.main(["--allocator", "jemalloc", *map(str, COMMON), "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "libjemalloc.so.2 not found" in err[0] and "apt-get install libjemalloc2" in err[0]
+
+
+@pytest.mark.parametrize("name", ["system", "jemalloc"])
+def test_workers_run_under_the_chosen_allocator(name, tmp_path, monkeypatch):
+    if name == "jemalloc" and allocators.find_library("jemalloc") is None:
+        pytest.skip("libjemalloc2 is not installed here")
+    # Whatever the parent inherited, the workers get the run's allocator.
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    proc = run_cli(*COMMON, "--allocator", name, "--output-dir", tmp_path, env={"MALLOC_ARENA_MAX": "2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = load_results(tmp_path)
+    (cell,) = data["cells"]
+    assert data["environment"]["allocator"] == name
+    if name == "system":
+        assert cell["allocator"] == "glibc"  # no MALLOC_* setting reached the worker
+    else:
+        assert cell["allocator"] == "jemalloc"
+        assert data["environment"]["worker_env"]["MALLOC_CONF"] == allocators.JEMALLOC_CONF
+    assert f"allocator {name}" in (tmp_path / "summary.md").read_text()

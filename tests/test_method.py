@@ -1,0 +1,154 @@
+"""The measurement method's definitions, on synthetic data and fake backends (no compilers)."""
+import math
+
+import numpy as np
+import pytest
+
+from compare.derived import fill_derived, reference_spread
+from compare.measure import (
+    break_even_interval,
+    bootstrap_medians,
+    fp32_verdict,
+    numerics_verdict,
+    paired_bootstrap_medians,
+    speedup_interval,
+)
+from compare.pooling import pool_processes
+from compare.report import geomean_rows
+from compare.results import Cell, LatencyStats, RunResults
+
+RNG = np.random.default_rng(7)
+
+
+def _stats(samples):
+    return LatencyStats.from_ms(list(samples), 1)
+
+
+# ----------------------------------------------------------------------------- paired bootstrap
+
+def test_paired_bootstrap_keeps_the_rounds_together():
+    # Both callables share a large drift from round to round (the machine), and the
+    # candidate is exactly 2x faster in every round: pairing sees that, unpaired does not.
+    drift = RNG.normal(10.0, 2.0, 60)
+    ref, cand = drift, drift / 2.0
+    ra, rb = paired_bootstrap_medians(ref, cand)
+    paired = np.percentile(ra / rb, [2.5, 97.5])
+    ua, ub = bootstrap_medians(ref, cand)
+    unpaired = np.percentile(ua / ub, [2.5, 97.5])
+    assert paired[0] == pytest.approx(2.0) and paired[1] == pytest.approx(2.0)
+    assert unpaired[1] - unpaired[0] > 0.3
+    lo, hi = speedup_interval(_stats(ref), _stats(cand))
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
+
+
+def test_paired_bootstrap_resamples_within_each_process():
+    # Two processes at different speed levels: every resample keeps 20 pairs of each.
+    ref = np.concatenate([np.full(20, 10.0), np.full(20, 20.0)])
+    cand = ref / 2
+    ra, _ = paired_bootstrap_medians(ref, cand, groups=[20, 20], resamples=500)
+    assert set(np.round(ra, 6)) <= {10.0, 15.0, 20.0}
+    assert np.mean(ra == 15.0) > 0.9  # a stratified resample is 20 + 20: its median is in the middle
+    with pytest.raises(ValueError, match="do not add up"):
+        paired_bootstrap_medians(ref, cand, groups=[10, 20])
+
+
+def test_break_even_interval_is_never_when_the_speedup_interval_reaches_one():
+    ref = RNG.normal(10.0, 1.0, 40)
+    same = ref * RNG.normal(1.0, 0.1, 40)
+    assert break_even_interval(5.0, _stats(ref), _stats(same)) is None
+    faster = ref / 2
+    lo, hi = break_even_interval(5.0, _stats(ref), _stats(faster))
+    point = 5.0 / ((np.median(ref) - np.median(faster)) / 1e3)
+    assert lo <= point <= hi
+
+
+# ----------------------------------------------------------------------------- derived figures
+
+def _cell(workload, backend, eager_ms, ms, phases=None, tuning_s=None, groups=None, label_batch=None):
+    ref = _stats(RNG.normal(eager_ms, eager_ms * 0.01, 30))
+    lat = _stats(RNG.normal(ms, ms * 0.01, 30))
+    return Cell(workload=workload, backend=backend, status="ok", batch=label_batch, latency_ms=lat,
+                eager_latency=ref, eager_latency_ms=ref.median, compile_phases=phases or {"compile": 2.0},
+                compile_s=sum((phases or {"compile": 2.0}).values()), tuning_s=tuning_s, numerics_ok=True,
+                process_samples=groups)
+
+
+def test_break_even_counts_the_tuning_behind_a_reused_log():
+    reused = _cell("mlp", "tvm", 10.0, 5.0, phases={"build": 2.0, "tune": 0.0}, tuning_s=100.0)
+    tuned_now = _cell("mlp", "tvm", 10.0, 5.0, phases={"build": 2.0, "tune": 50.0}, tuning_s=50.0)
+    unknown = _cell("mlp", "tvm", 10.0, 5.0, phases={"build": 2.0, "tune": 0.0}, tuning_s=None)
+    plain = _cell("mlp", "ort", 10.0, 5.0, phases={"session": 2.0})
+    fill_derived(RunResults(environment={}, config={}, cells=[reused, tuned_now, unknown, plain]))
+    saved_s = (reused.eager_latency.median - reused.latency_ms.median) / 1e3
+    assert reused.break_even_calls == pytest.approx(102.0 / saved_s)
+    assert reused.break_even_calls_excl_tuning == pytest.approx(2.0 / saved_s)
+    saved_now = (tuned_now.eager_latency.median - tuned_now.latency_ms.median) / 1e3
+    assert tuned_now.break_even_calls == pytest.approx(52.0 / saved_now)
+    assert unknown.break_even_calls is None and unknown.break_even_note.startswith("unknown")
+    assert unknown.break_even_calls_excl_tuning is not None
+    assert plain.break_even_calls_excl_tuning is None and plain.break_even_ci is not None
+
+
+def test_reference_deviation_against_the_eager_only_cell():
+    eager = _cell("mlp", "eager", 10.0, 10.0)
+    eager.eager_latency = eager.latency_ms
+    close = _cell("mlp", "ort", 10.2, 5.0)
+    far = _cell("mlp", "tvm", 12.0, 5.0)
+    results = RunResults(environment={}, config={}, cells=[eager, close, far])
+    fill_derived(results)
+    assert close.eager_only_ms == pytest.approx(eager.latency_ms.median)
+    assert close.reference_deviation == pytest.approx(close.eager_latency_ms / eager.latency_ms.median - 1)
+    spread = reference_spread(results)
+    assert spread["largest_cell"] == "mlp / tvm" and spread["largest"] == pytest.approx(far.reference_deviation)
+    assert len(spread["beyond"]) == 1 and "mlp / tvm" in spread["beyond"][0]
+
+
+def test_geomean_uses_one_common_set_and_lists_what_it_leaves_out():
+    def cell(workload, backend, speedup, status="ok"):
+        return Cell(workload=workload, backend=backend, status=status, speedup=speedup, numerics_ok=True)
+
+    results = RunResults(environment={}, config={}, cells=[
+        cell("a", "x", 2.0), cell("b", "x", 8.0), cell("c", "x", 4.0),
+        cell("a", "y", 1.0), cell("b", "y", None, status="failed"), cell("c", "y", 4.0),
+        cell("a", "z", None, status="unavailable"), cell("b", "z", None, status="unavailable"),
+    ])
+    rows = {r["backend"]: r for r in geomean_rows(results)}
+    # b is left out for everyone because y failed there; x is not credited with its best cell.
+    assert rows["x"]["geomean speedup"] == f"{math.sqrt(2.0 * 4.0):.2f}x"
+    assert rows["x"]["common cells"] == 2 and "b (another backend has no figure here)" in rows["x"]["left out"]
+    assert rows["y"]["left out"] == "b (failed)"
+    # a backend that ran nowhere does not empty the common set
+    assert rows["z"]["geomean speedup"] == "-" and rows["z"]["common cells"] == 0
+
+
+def test_pooling_processes_keeps_the_first_compile_and_every_pair():
+    def run(level, compile_s):
+        lat = _stats(np.full(10, level))
+        ref = _stats(np.full(10, 2 * level))
+        return {"status": "ok", "latency_ms": lat.__dict__, "eager_latency": ref.__dict__,
+                "eager_latency_ms": ref.median, "compile_s": compile_s, "numerics_ok": True, "wall_s": 1.0}
+
+    pooled = pool_processes([run(1.0, 5.0), run(3.0, 1.0)])
+    assert pooled["process_samples"] == [10, 10] and len(pooled["processes"]) == 2
+    assert pooled["compile_s"] == 5.0 and pooled["latency_ms"]["n"] == 20 and pooled["wall_s"] == 2.0
+    failed = pool_processes([run(1.0, 5.0), {"status": "failed", "error": "boom"}])
+    assert failed["status"] == "failed" and failed["error"] == "process 2: boom"
+
+
+# ----------------------------------------------------------------------------- numerics
+
+def test_fp32_cell_closer_to_float64_than_eager_passes():
+    beyond = {"ok": False, "error": "differs", "max_abs": 1e-3, "tolerance": {"rtol": 1e-4, "atol": 1e-4}}
+    assert fp32_verdict(beyond, {"max_abs": 1e-6, "error": None}, {"max_abs": 1e-3})["ok"]
+    assert not fp32_verdict(beyond, {"max_abs": 1e-2, "error": None}, {"max_abs": 1e-3})["ok"]
+    nonfinite = {"max_abs": math.inf, "error": "non-finite"}
+    assert not fp32_verdict(beyond, nonfinite, {"max_abs": 1e-3})["ok"]
+
+
+def test_reduced_precision_is_judged_per_draw():
+    # Draw 1: the backend's error is 5x eager's (fails). Draw 2: eager is much worse.
+    # The worst over draws (5 vs 10) would pass; each draw on its own does not.
+    draw1 = {"vs_eager": {}, "vs_fp64": {"max_abs": 5e-2}, "eager_vs_fp64": {"max_abs": 1e-2}}
+    draw2 = {"vs_eager": {}, "vs_fp64": {"max_abs": 3e-2}, "eager_vs_fp64": {"max_abs": 1e-1}}
+    assert not numerics_verdict("bf16", draw1, 0.0)["ok"]
+    assert numerics_verdict("bf16", draw2, 0.0)["ok"]
