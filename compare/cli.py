@@ -23,7 +23,7 @@ EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
-SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs")
+SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference")
 
 
 class UsageError(Exception):
@@ -128,6 +128,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
                         help="one untimed call before each timed sample, so that no sample pays for what the "
                              "other callable left behind (default on; off: the method before 2026-11)")
+    parser.add_argument("--interleave", choices=("on", "off"), default="on",
+                        help="time the cells of a workload in turns, so that they and the eager-only reference "
+                             "sample the same stretch of time (default on; local executor)")
     parser.add_argument("--processes", type=_positive_int, default=processes, metavar="K",
                         help=f"fresh worker processes per cell, samples pooled across them (default {processes})")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
@@ -135,7 +138,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
                         help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
-                             f"jemalloc or tcmalloc (preloaded) (default {DEFAULT_ALLOCATOR})")
+                             "jemalloc or tcmalloc (preloaded), auto: tcmalloc if installed, else glibc-tuned "
+                             f"(default {DEFAULT_ALLOCATOR})")
     parser.add_argument("--system-malloc", action="store_true", help="same as --allocator system")
     parser.add_argument("--thread-spin", choices=("short", "default"), default="short",
                         help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
@@ -191,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="shifts smaller than this are 'unchanged' even when the CI is tight (default 2)")
     dif.add_argument("--output-dir", default=None, help="where diff.md/diff.html go (default: the NEW run's folder)")
 
+    ref = sub.add_parser("reference", help="how steady the eager reference was in one or more runs")
+    ref.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    ref.add_argument("--positions", action="store_true",
+                     help="also split each cell's samples by what ran just before them")
+
     his = sub.add_parser("history", help="runs recorded in the history database, or one figure over time")
     his.add_argument("--db", default=str(Path("reports") / "history.sqlite"))
     his.add_argument("--workload")
@@ -233,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import diff
 
             return diff.run(args, wide_console())
+        if args.command == "reference":
+            from . import reference
+
+            return reference.run(args, wide_console())
         if args.command == "history":
             from . import history
 
@@ -290,7 +303,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     from adapters import backend_names
     from workloads import resolve_workloads
 
-    from .allocators import AllocatorMissing, allocator_env
+    from .allocators import AllocatorMissing, allocator_env, resolve
     from .environment import available_cores
     from .runner import RunConfig
 
@@ -313,7 +326,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
     threads = args.threads or available_cores()
-    allocator = "system" if args.system_malloc else args.allocator
+    allocator = resolve("system" if args.system_malloc else args.allocator)
     try:
         malloc_env = allocator_env(allocator)
     except AllocatorMissing as exc:
@@ -356,6 +369,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         allocator=allocator,
         malloc_env=malloc_env,
         thread_spin=args.thread_spin,
+        interleave=args.interleave == "on" and args.executor == "local",
     )
 
 
@@ -365,7 +379,8 @@ RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size"
                   "--processes": "processes", "--thread-spin": "thread_spin"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
 RESUME_OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
-                      "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs"}
+                      "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",
+                      "--interleave": "interleave"}
 
 
 def resume_state(args: argparse.Namespace):
@@ -492,12 +507,13 @@ class RichProgress:
 
     def cell_started(self, index, total, workload, backend):
         self._label = f"{workload} x {backend}"
-        if self._task is None:
+        if self._task is None:  # a resumed run starts part of the way through
             self._task = self._progress.add_task(self._label, total=total, completed=index - 1)
-        self._progress.update(self._task, description=f"{self._label}: starting", completed=index - 1)
+        self._progress.update(self._task, description=f"{self._label}: starting")
 
     def phase(self, workload, backend, phase):
-        self._progress.update(self._task, description=f"{self._label}: {phase}")
+        if self._task is not None:
+            self._progress.update(self._task, description=f"{workload} x {backend}: {phase}")
 
     def cell_finished(self, cell):
         detail = cell.status

@@ -28,7 +28,7 @@ from .results import Cell, RunResults, atomic_write_text
 
 MIN_EFFECT = 0.02  # ignore shifts under 2 % even when the interval is tight
 COMPILE_TOLERANCE = 0.25  # compile time: one sample per run; call it changed beyond +-25 %
-ENV_KEYS = ("cpu_model", "cores", "threads", "device", "os")
+ENV_KEYS = ("cpu_model", "cores", "threads", "device", "os", "allocator")
 
 
 @dataclass

@@ -88,41 +88,63 @@ class Timed:
     sync: Callable[[], None]
 
 
-def time_alternating(
-    candidates: Sequence[Timed], config: TimingConfig
-) -> list[LatencyStats]:
-    """Sample each callable in turn, round after round, in ABBA order.
+class AlternatingSampler:
+    """Samples callables in turn, round after round, in ABBA order: the timing loop,
+    in pieces. Calibration (warm-up, calls per sample) happens once at construction;
+    ``take_rounds`` adds rounds; ``done`` applies the stopping rule: every median
+    precise to ``target_rel_se``, or ``budget_s`` of sampling spent (both after
+    ``min_samples``), or ``max_samples`` reached, or four times the budget (protection
+    against pathologically slow calls). The runner can interleave several samplers, one
+    per worker, so that every cell of a workload samples the same stretch of time."""
 
-    All callables share one calibration of calls-per-sample each, and the loop
-    stops when every median is precise to ``target_rel_se``, or the budget is
-    spent (after ``min_samples``), or ``max_samples`` is reached. A hard stop at
-    four times the budget protects against pathologically slow calls.
-    """
-    numbers = []
-    for c in candidates:
-        single = warm_up(c.run, c.arg, c.sync, config.warmup_s)
-        numbers.append(calibrate(single, config.min_sample_s))
-    samples: list[list[float]] = [[] for _ in candidates]
-    start = time.perf_counter()
-    rounds = 0
-    order = list(range(len(candidates)))
-    while True:
-        sequence = order if rounds % 2 == 0 else order[::-1]
-        for i in sequence:
-            c = candidates[i]
-            samples[i].append(sample_once(c.run, c.arg, numbers[i], c.sync, warm=config.sample_warmup))
-        rounds += 1
-        elapsed = time.perf_counter() - start
-        if rounds >= config.max_samples:
-            break
-        if rounds >= config.min_samples:
-            if all(median_rel_se(s) <= config.target_rel_se for s in samples):
-                break
-            if elapsed >= config.budget_s:
-                break
-        elif elapsed >= 4 * config.budget_s and rounds >= 3:
-            break
-    return [summarize(s, n) for s, n in zip(samples, numbers)]
+    def __init__(self, candidates: Sequence[Timed], config: TimingConfig):
+        self.candidates = list(candidates)
+        self.config = config
+        self.single_s = [warm_up(c.run, c.arg, c.sync, config.warmup_s) for c in self.candidates]
+        self.numbers = [calibrate(single, config.min_sample_s) for single in self.single_s]
+        self.samples: list[list[float]] = [[] for _ in self.candidates]
+        self.rounds = 0
+        self.sampling_s = 0.0  # time spent in take_rounds, the budget's clock
+
+    def take_rounds(self, count: int) -> None:
+        start = time.perf_counter()
+        order = list(range(len(self.candidates)))
+        for _ in range(count):
+            for i in (order if self.rounds % 2 == 0 else order[::-1]):
+                c = self.candidates[i]
+                self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync,
+                                                   warm=self.config.sample_warmup))
+            self.rounds += 1
+        self.sampling_s += time.perf_counter() - start
+
+    def precise(self) -> bool:
+        return all(median_rel_se(s) <= self.config.target_rel_se for s in self.samples)
+
+    def done(self) -> bool:
+        cfg = self.config
+        if self.rounds >= cfg.max_samples:
+            return True
+        if self.rounds >= cfg.min_samples:
+            return self.precise() or self.sampling_s >= cfg.budget_s
+        return self.sampling_s >= 4 * cfg.budget_s and self.rounds >= 3
+
+    def round_s(self) -> float:
+        """Seconds one round has taken so far (a first guess before any round)."""
+        if self.rounds:
+            return self.sampling_s / self.rounds
+        extra = 1 if self.config.sample_warmup else 0
+        return sum((n + extra) * single for n, single in zip(self.numbers, self.single_s))
+
+    def stats(self) -> list[LatencyStats]:
+        return [summarize(s, n) for s, n in zip(self.samples, self.numbers)]
+
+
+def time_alternating(candidates: Sequence[Timed], config: TimingConfig) -> list[LatencyStats]:
+    """The whole timing loop in one go (see AlternatingSampler)."""
+    sampler = AlternatingSampler(candidates, config)
+    while not sampler.done():
+        sampler.take_rounds(1)
+    return sampler.stats()
 
 
 def bootstrap_medians(a: Sequence[float], b: Sequence[float], resamples: int = 2000, seed: int = 0):

@@ -32,7 +32,7 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
     import ray
 
     from .pooling import pool_processes
-    from .runner import execute_worker
+    from .process import execute_worker
 
     with tempfile.TemporaryDirectory(prefix="dlcompare-ray-") as tmp:
         log_path = Path(tmp) / "worker.log"

@@ -10,25 +10,23 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from . import environment
-from .allocators import DEFAULT_ALLOCATOR, GLIBC_TUNED_ENV
+from .allocators import GLIBC_TUNED_ENV
+from .interleave import run_interleaved
 from .pooling import pool_processes
+from .process import WorkerProcess, execute_worker, kill_group, last_line
 from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json, variant_label
-from .worker import EVENT_PREFIX, looks_out_of_memory
 
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)
+# Fresh eager-only processes per workload (at least): the reference's own offset averages out.
+REFERENCE_PROCESSES = 3
 
 
 class OutputError(Exception):
@@ -71,11 +69,14 @@ class RunConfig:
     # trims it: with glibc's defaults every call that allocates a multi-MB output gets
     # fresh mmap pages and a page-fault storm (eager LayerNorm measured 3-8x slower on
     # a 2-core VM), which ORT's own arena hides.
-    allocator: str = DEFAULT_ALLOCATOR
+    allocator: str = "glibc-tuned"  # resolved (never "auto"): what the workers ran with
     # Idle pool threads spin briefly ("short", environment.SHORT_SPIN_ENV) or as each
     # runtime's default ("default"): the same for every worker, recorded.
     thread_spin: str = "short"
     malloc_env: dict[str, str] = field(default_factory=lambda: dict(GLIBC_TUNED_ENV))
+    # Time the cells of a workload in turns (compare.interleave), so that every cell and
+    # the eager-only reference sample the same stretch of time. Local executor only.
+    interleave: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -124,6 +125,9 @@ class Runner:
         self.progress = progress or SilentProgress()
         self.output_dir = Path(config.output_dir)
         self._current: subprocess.Popen | None = None
+        self._workers: list[WorkerProcess] = []  # the running group's workers (interleaved timing)
+        self._counter = (0, 0)  # cells recorded, cells planned (for progress)
+        self._announced: set[tuple] = set()
         self.last_results: RunResults | None = None  # what was saved last (for interrupt handling)
 
     # -- planning -------------------------------------------------------------
@@ -172,22 +176,24 @@ class Runner:
         plan = [cell for cell in full_plan if results.cell(*cell) is None]
         done_before = len(full_plan) - len(plan)
         remote: list[tuple[Any, str, int | None, str]] = []  # cells for the Ray executor
+        self._counter = (done_before, len(full_plan))
         try:
-            for index, (w, b, batch, dtype) in enumerate(plan, start=done_before + 1):
-                workload = workloads[w]
-                ok, reason = availability[b]
-                if ok and self.config.executor == "ray":
-                    remote.append((workload, b, batch, dtype))
-                    continue
-                self.progress.cell_started(index, len(full_plan), variant_label(w, batch, dtype), b)
-                if not ok:
-                    cell = Cell(workload=w, backend=b, status="unavailable", error=reason, batch=batch, dtype=dtype,
-                                size=self.config.size, device=self.config.device, threads=self.config.threads)
-                else:
-                    cell = self._as_cell(self._run_cell(workload, b, batch=batch, dtype=dtype))
-                results.upsert(cell)
-                self.save(results)
-                self.progress.cell_finished(cell)
+            for group in _groups(plan):
+                local = []
+                for w, b, batch, dtype in group:
+                    ok, reason = availability[b]
+                    if ok and self.config.executor == "ray":
+                        remote.append((workloads[w], b, batch, dtype))
+                    elif ok:
+                        local.append(b)
+                    else:
+                        self._record(results, Cell(workload=w, backend=b, status="unavailable", error=reason,
+                                                   batch=batch, dtype=dtype, size=self.config.size,
+                                                   device=self.config.device, threads=self.config.threads))
+                if local:
+                    w, _, batch, dtype = group[0]
+                    for cell in self._run_group(workloads[w], local, batch, dtype):
+                        self._record(results, cell, announced=True)
             if remote:
                 from .ray_executor import run_cells
 
@@ -202,6 +208,77 @@ class Runner:
         results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.save(results)
         return results
+
+    def _record(self, results: RunResults, cell: Cell, announced: bool = False) -> None:
+        if not announced:
+            self._announce(cell.label, cell.backend)
+        results.upsert(cell)
+        self.save(results)
+        self.progress.cell_finished(cell)
+
+    def _announce(self, label: str, backend: str) -> None:
+        done, total = self._counter
+        self._counter = (done + 1, total)
+        self.progress.cell_started(done + 1, total, label, backend)
+
+    def _run_group(self, workload, backends: list[str], batch: int | None, dtype: str) -> list[Cell]:
+        """The cells of one (workload, batch, dtype), each in ``processes`` fresh workers;
+        with interleaving, one process of every cell at a time, timed in turns."""
+        if not self.config.interleave:
+            cells = []
+            for b in backends:
+                self._announce(variant_label(workload.name, batch, dtype), b)
+                cells.append(self._as_cell(self._run_cell(workload, b, batch=batch, dtype=dtype)))
+            return cells
+        base = {b: self.cell_base(workload, b, batch, dtype) for b in backends}
+        specs, runs = {}, {b: [] for b in backends}
+        for b in backends:
+            try:
+                specs[b] = self.cell_spec(workload, b, {"interleave": True}, batch, dtype)
+            except Exception as exc:  # invalid user workload: the cell fails, the run goes on
+                runs[b].append(dict(status="failed", error=f"{type(exc).__name__}: {exc}"))
+        rounds = max(1, self.config.processes)
+        for index in range(rounds):
+            going = [b for b in backends if b in specs and all(r.get("status") == "ok" for r in runs[b])]
+            if not going:
+                break
+            # The reference runs in several processes even when the cells run in one: each
+            # process has an offset of its own (±5 % here), and one offset in the
+            # reference would shift every cell's comparison with it.
+            members = [b for b in going for _ in range(-(-REFERENCE_PROCESSES // rounds) if b == "eager" else 1)]
+            ended = run_interleaved([self._starter(specs[b], workload, b, batch, dtype, index) for b in members],
+                                    [b == "eager" for b in members], self.config.timeout_s,
+                                    int(self.config.timing.get("max_samples", 300)), on_worker=self._set_worker)
+            for b, result in zip(members, ended):
+                runs[b].append(result)
+        return [self._as_cell({**base[b], **pool_processes(runs[b]), "log": self._log_rel(workload, b, batch, dtype)})
+                for b in backends]
+
+    def _starter(self, spec, workload, backend, batch, dtype, index):
+        count = max(1, self.config.processes)
+
+        def on_phase(phase):
+            self.progress.phase(workload.name, backend, phase if count == 1 else f"process {index + 1}/{count}: {phase}")
+
+        announced = self._announced
+
+        def start() -> WorkerProcess:
+            if (workload.name, backend, batch, dtype) not in announced:
+                announced.add((workload.name, backend, batch, dtype))
+                self._announce(variant_label(workload.name, batch, dtype), backend)
+            return WorkerProcess(dict(spec, process_index=index), self.output_dir / self._log_rel(workload, backend, batch, dtype),
+                                 worker_env(self.config), on_phase=on_phase, keep_work_dir=self.config.keep_work_dirs)
+        return start
+
+    @staticmethod
+    def _log_rel(workload, backend: str, batch, dtype: str, label: str = "") -> str:
+        return f"logs/{variant_label(workload.name, batch, dtype)}.{backend}{label}.log"
+
+    def _set_worker(self, worker) -> None:
+        if worker is None:
+            self._workers = []
+        else:
+            self._workers.append(worker)
 
     def save(self, results: RunResults) -> None:
         from .derived import fill_derived
@@ -220,6 +297,8 @@ class Runner:
     def _kill_current(self) -> None:
         if self._current is not None:
             kill_group(self._current)
+        for worker in getattr(self, "_workers", []):
+            kill_group(worker.proc)
 
     def cell_spec(self, workload, backend: str, extra: dict[str, Any] | None = None,
                   batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
@@ -261,7 +340,7 @@ class Runner:
             spec = self.cell_spec(workload, backend, extra, batch, dtype)
         except Exception as exc:  # invalid user workload: the cell fails, the run goes on
             return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
-        log_rel = f"logs/{variant_label(workload.name, batch, dtype)}.{backend}{label}.log"
+        log_rel = self._log_rel(workload, backend, batch, dtype, label)
         count = 1 if extra else max(1, cfg.processes)
         runs = []
         for index in range(count):
@@ -298,7 +377,7 @@ class Runner:
         if proc.returncode == 0:
             results.experiments["roofline_ceilings"] = json.loads(proc.stdout.strip().splitlines()[-1])
         else:
-            results.experiments["roofline_ceilings_error"] = _last_line(proc.stderr)
+            results.experiments["roofline_ceilings_error"] = last_line(proc.stderr)
         self.save(results)
 
     def run_dynamic(self, results: RunResults, backends: list[str], distinct: int, calls: int,
@@ -345,108 +424,19 @@ class Runner:
             self.save(results)
             raise RunInterrupted() from None
 
+def _groups(plan: list[tuple]) -> list[list[tuple]]:
+    """Consecutive planned cells that share (workload, batch, dtype)."""
+    groups: list[list[tuple]] = []
+    for cell in plan:
+        if groups and (groups[-1][0][0], groups[-1][0][2], groups[-1][0][3]) == (cell[0], cell[2], cell[3]):
+            groups[-1].append(cell)
+        else:
+            groups.append([cell])
+    return groups
+
+
 def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
     """The cache key of one cell's model: the workload at that batch (through its
     params) and precision. fp32 keeps the plain key, so existing caches stay valid."""
     key = workload.with_batch(batch).key(size)
     return key if dtype == "fp32" else f"{key}-{dtype}"
-
-
-def execute_worker(spec: dict[str, Any], log_path: Path, timeout_s: float, env: dict[str, str],
-                   on_phase=None, on_start=None, keep_work_dir: bool = False) -> dict[str, Any]:
-    """Run ``python -m compare.worker`` for one spec in its own process group, with a
-    timeout; returns the worker's result or a status saying how it ended. Used by the
-    local runner and, unchanged, inside a Ray task on another node."""
-    work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{spec['workload']}-{spec['backend']}-"))
-    spec = dict(spec, work_dir=str(work_dir))
-    spec_path = work_dir / "spec.json"
-    result_path = work_dir / "result.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    last_phase = {"name": "start"}
-    start = time.perf_counter()
-    with open(log_path, "a") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "compare.worker", str(spec_path), str(result_path)],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, cwd=work_dir, env=env,
-            start_new_session=True,  # its own process group: killed as one, deaf to our Ctrl-C
-            text=True, bufsize=1,
-        )
-        if on_start:
-            on_start(proc)
-        reader = threading.Thread(target=_read_events, args=(proc, log, last_phase, on_phase), daemon=True)
-        reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(proc)
-        reader.join(timeout=5)
-    cell = _collect(proc.returncode, timed_out, timeout_s, result_path, log_path, last_phase["name"])
-    cell.update(wall_s=time.perf_counter() - start, workload_key=spec["workload_key"])
-    if not keep_work_dir:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    return cell
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def _read_events(proc, log, last_phase: dict, on_phase) -> None:
-    for line in proc.stdout:
-        if line.startswith(EVENT_PREFIX):
-            try:
-                event = json.loads(line[len(EVENT_PREFIX):])
-            except json.JSONDecodeError:
-                continue
-            if "phase" in event:
-                last_phase["name"] = event["phase"]
-                if on_phase:
-                    on_phase(event["phase"])
-        else:
-            log.write(line)
-            log.flush()
-
-
-def _collect(returncode: int, timed_out: bool, timeout_s: float, result_path: Path, log_path: Path,
-             last_phase: str) -> dict[str, Any]:
-    if timed_out:
-        return dict(status="timeout", error=f"no result within {timeout_s:g} s (was in phase {last_phase!r})")
-    if result_path.exists():
-        try:
-            data = json.loads(result_path.read_text())
-            data.pop("worker_s", None)
-            return data
-        except (OSError, ValueError) as exc:
-            return dict(status="failed", error=f"worker result unreadable: {exc}")
-    tail = _log_tail(log_path)
-    if looks_out_of_memory(tail):
-        return dict(status="out_of_memory", error=f"worker ran out of memory in phase {last_phase!r}: {_last_line(tail)}")
-    if returncode is not None and returncode < 0:
-        sig = signal.Signals(-returncode).name
-        hint = " (the kernel's OOM killer, or an external kill)" if sig == "SIGKILL" else ""
-        return dict(status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}")
-    return dict(status="failed", error=f"worker exited with code {returncode} in phase {last_phase!r}: {_last_line(tail)}")
-
-
-def _log_tail(path: Path, chars: int = 4000) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - chars))
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"

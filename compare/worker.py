@@ -277,20 +277,38 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
 
 
 def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
-    """Eager and the backend alternately in this process (eager alone in eager's own cell)."""
+    """Eager and the backend alternately in this process (eager alone in eager's own cell),
+    in one go, or in slices the parent asks for (``spec["interleave"]``)."""
     from adapters.eager import TorchCompiled
 
-    from .measure import TimingConfig, Timed, time_alternating
+    from .measure import AlternatingSampler, TimingConfig, Timed
 
     timing = TimingConfig(**spec.get("timing", {}))
-    candidate = Timed(compiled.run, prepared, compiled.synchronize)
-    if spec["backend"] == "eager":
-        (stats,) = time_alternating([candidate], timing)
-        return {"latency_ms": stats, "eager_latency_ms": stats.median, "eager_latency": stats}
-    eager = TorchCompiled(setup.reference_model, spec["device"])
-    reference = Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize)
-    ref_stats, stats = time_alternating([reference, candidate], timing)
-    return {"latency_ms": stats, "eager_latency_ms": ref_stats.median, "eager_latency": ref_stats}
+    candidates = [Timed(compiled.run, prepared, compiled.synchronize)]
+    if spec["backend"] != "eager":
+        eager = TorchCompiled(setup.reference_model, spec["device"])
+        candidates.insert(0, Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize))
+    sampler = AlternatingSampler(candidates, timing)
+    if spec.get("interleave"):
+        take_slices(sampler)
+    else:
+        while not sampler.done():
+            sampler.take_rounds(1)
+    stats = sampler.stats()
+    return {"latency_ms": stats[-1], "eager_latency_ms": stats[0].median, "eager_latency": stats[0]}
+
+
+def take_slices(sampler) -> None:
+    """Timing in slices: report ready, then take as many rounds as each command on stdin
+    asks for, until told to finish. Between slices this process sleeps on stdin while the
+    other cells of the workload take theirs."""
+    emit(ready={"round_s": sampler.round_s()})
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command.get("finish"):
+            return
+        sampler.take_rounds(int(command["rounds"]))
+        emit(slice={"rounds": sampler.rounds, "done": sampler.done(), "round_s": sampler.round_s()})
 
 
 def check_after_timing(compiled, prepared, outputs: list) -> dict[str, Any]:

@@ -10,6 +10,7 @@ COMMON = ["--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads
 
 def test_allocator_environments():
     assert allocators.allocator_env("system") == {}
+    assert allocators.resolve("auto") in ("tcmalloc", "glibc-tuned")
     assert allocators.allocator_env("glibc-tuned") == allocators.GLIBC_TUNED_ENV
     with pytest.raises(allocators.AllocatorMissing, match="unknown allocator"):
         allocators.allocator_env("mimalloc")
@@ -23,10 +24,10 @@ def test_a_missing_library_is_a_one_line_usage_error(monkeypatch, tmp_path, caps
     assert "libjemalloc.so.2 not found" in err[0] and "apt-get install libjemalloc2" in err[0]
 
 
-@pytest.mark.parametrize("name", ["system", "jemalloc"])
+@pytest.mark.parametrize("name", ["system", "jemalloc", "tcmalloc"])
 def test_workers_run_under_the_chosen_allocator(name, tmp_path, monkeypatch):
-    if name == "jemalloc" and allocators.find_library("jemalloc") is None:
-        pytest.skip("libjemalloc2 is not installed here")
+    if name != "system" and allocators.find_library(name) is None:
+        pytest.skip(f"{name} is not installed here")
     # Whatever the parent inherited, the workers get the run's allocator.
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
     proc = run_cli(*COMMON, "--allocator", name, "--output-dir", tmp_path, env={"MALLOC_ARENA_MAX": "2"})
@@ -37,6 +38,7 @@ def test_workers_run_under_the_chosen_allocator(name, tmp_path, monkeypatch):
     if name == "system":
         assert cell["allocator"] == "glibc"  # no MALLOC_* setting reached the worker
     else:
-        assert cell["allocator"] == "jemalloc"
-        assert data["environment"]["worker_env"]["MALLOC_CONF"] == allocators.JEMALLOC_CONF
+        assert cell["allocator"] == name
+        if name == "jemalloc":
+            assert data["environment"]["worker_env"]["MALLOC_CONF"] == allocators.JEMALLOC_CONF
     assert f"allocator {name}" in (tmp_path / "summary.md").read_text()

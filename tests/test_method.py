@@ -152,3 +152,30 @@ def test_reduced_precision_is_judged_per_draw():
     draw2 = {"vs_eager": {}, "vs_fp64": {"max_abs": 3e-2}, "eager_vs_fp64": {"max_abs": 1e-1}}
     assert not numerics_verdict("bf16", draw1, 0.0)["ok"]
     assert numerics_verdict("bf16", draw2, 0.0)["ok"]
+
+
+def test_position_split_sees_a_neighbour_effect():
+    from compare.reference import position_split
+
+    # ABBA: eager (A) follows the backend at odd rounds; those samples are 20 % slower.
+    eager = [12.0 if i % 2 == 1 else 10.0 for i in range(40)]
+    after_self, after_other = position_split(eager, first=True)
+    assert after_self == 10.0 and after_other == 12.0
+    # the backend (B) follows eager at even rounds
+    backend = [6.0 if i % 2 == 0 else 5.0 for i in range(40)]
+    assert position_split(backend, first=False) == (5.0, 6.0)
+
+
+def test_reference_command_tables(tmp_path):
+    from compare.reference import deviation_frame, load_runs, summary_frame
+    from compare.results import atomic_write_json
+
+    eager = _cell("mlp", "eager", 10.0, 10.0)
+    eager.eager_latency = eager.latency_ms
+    results = RunResults(environment={"allocator": "system"}, config={"processes": 2, "thread_spin": "short"},
+                         cells=[eager, _cell("mlp", "ort", 11.0, 5.0)])
+    atomic_write_json(tmp_path / "r1" / "results.json", results.to_dict())
+    runs = load_runs([str(tmp_path / "r1")])
+    (row,) = summary_frame(runs).to_dict("records")
+    assert row["processes"] == 2 and row["allocator"] == "system" and row["beyond ±5%"] == 1
+    assert deviation_frame(runs).to_dict("records")[0]["r1"].startswith("+")

@@ -48,9 +48,13 @@ def test_small_run_measures_every_cell(small_run):
         # importing the backend is its own phase, outside compile_s, and counts towards the first result
         assert "import" not in c["compile_phases"] and c["import_s"] >= 0
         assert c["time_to_first_result_s"] == pytest.approx(c["torch_import_s"] + c["import_s"] + c["compile_s"])
-        assert c["allocator"].startswith("glibc (MALLOC_MMAP_MAX_=0")
+        # the allocator the run resolved (auto: tcmalloc where installed), as the worker saw it
+        assert c["allocator"] == env["allocator"] or (env["allocator"] == "glibc-tuned"
+                                                      and c["allocator"].startswith("glibc (MALLOC_MMAP_MAX_=0"))
         assert c["numerics_after_timing"]["ok"] is True
-        assert c["process_samples"] == [c["latency_ms"]["n"]]
+        # one process per cell; the eager-only reference in three, its offset averaged out
+        assert len(c["process_samples"]) == (3 if c["backend"] == "eager" else 1)
+        assert sum(c["process_samples"]) == c["latency_ms"]["n"]
         assert c["settings"]["threads"] == 1
         if c["backend"] == "eager":
             assert c["speedup"] == 1.0
@@ -83,7 +87,8 @@ def test_small_run_writes_csv_and_summary(small_run):
     summary = (out / "summary.md").read_text()
     assert "| workload" in summary and "break-even calls" in summary
     assert "Eager reference: the in-cell eager medians" in summary and "largest deviation" in summary
-    assert "allocator glibc-tuned" in summary and "1 worker process(es) per cell" in summary
+    env = load_results(out)["environment"]
+    assert f"allocator {env['allocator']}" in summary and "1 worker process(es) per cell" in summary
     for w in ("elementwise_chain", "attention"):
         assert w in summary
     # the terminal table
@@ -104,7 +109,8 @@ def test_processes_pool_pairs_from_fresh_workers(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = {c["backend"]: c for c in load_results(tmp_path)["cells"]}
     for cell in cells.values():
-        assert len(cell["process_samples"]) == 2 and len(cell["processes"]) == 2
+        expected = 4 if cell["backend"] == "eager" else 2  # the reference: at least 3, two per round here
+        assert len(cell["process_samples"]) == expected and len(cell["processes"]) == expected
         assert sum(cell["process_samples"]) == cell["latency_ms"]["n"] == cell["eager_latency"]["n"]
         assert all(p["latency_median_ms"] > 0 for p in cell["processes"])
     lo, hi = cells["ort"]["speedup_ci"]

@@ -1,0 +1,105 @@
+"""Interleaved timing: every cell of a workload samples the same stretch of time.
+
+A shared 2-core VM changes speed from second to second (a pure L1 compute loop here
+ran up to 45 % faster or 28 % slower from one second to the next), so two medians
+taken a minute apart can differ by more than the compilers do. Within a cell the
+alternated eager/backend pairs cancel that drift out of the speedup; across cells it
+does not, and the eager-only reference would describe a different minute than the
+cell it is compared with.
+
+So the cells of one workload run as one group: their workers start one after another,
+each compiles and checks its numerics while the others wait, and each stops when it is
+ready to time. Then they take turns: each samples for about ``SLICE_S`` seconds while
+the others sleep on their stdin, round after round, until every cell's stopping rule is
+met. The eager-only cell (the reference) keeps taking turns while any other cell does,
+so it covers the whole stretch. Every worker stays its own process: a crash, a hang or
+an out-of-memory kill still costs one cell.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .process import WorkerProcess
+
+SLICE_S = 0.25  # seconds of sampling per turn
+
+
+@dataclass
+class Member:
+    index: int
+    worker: WorkerProcess
+    round_s: float
+    reference: bool  # the eager-only cell
+    rounds: int = 0
+    done: bool = False  # its own stopping rule is met
+    ended: bool = False  # no longer takes turns (done, full, or died)
+
+
+def wait_ready(worker: WorkerProcess, timeout_s: float) -> dict[str, Any] | None:
+    """Wait until the worker is ready to time; None if it ended (or hung) before."""
+    while True:
+        event = worker.next_event(timeout_s)
+        if event is None:
+            return None
+        if "ready" in event:
+            return event["ready"]
+
+
+def take_turn(member: Member, timeout_s: float) -> None:
+    rounds = max(1, int(SLICE_S / max(member.round_s, 1e-6)))
+    event = member.worker.next_event(timeout_s) if member.worker.send({"rounds": rounds}) else None
+    while event is not None and "slice" not in event:
+        event = member.worker.next_event(timeout_s)
+    if event is None:  # the worker died or hung during its turn: collect() says how
+        member.ended = True
+        return
+    member.rounds = event["slice"]["rounds"]
+    member.round_s = event["slice"]["round_s"]
+    member.done = event["slice"]["done"]
+
+
+def still_turns(member: Member, members: list[Member], max_rounds: int) -> bool:
+    if member.ended or member.rounds >= max_rounds:
+        return False
+    if not member.reference:
+        return not member.done
+    # The reference samples as long as any other cell does, and at least its own rule.
+    others = [m for m in members if m is not member and not m.reference]
+    return not member.done or any(not m.ended and not m.done for m in others)
+
+
+def run_interleaved(starts: list[Callable[[], WorkerProcess]], references: list[bool], timeout_s: float,
+                    max_rounds: int, on_worker: Callable[[WorkerProcess | None], None] | None = None
+                    ) -> list[dict[str, Any]]:
+    """Run one group of cells (their workers made by ``starts``, in order) with interleaved
+    timing; returns each cell's fields, in order. ``on_worker`` hears of each worker
+    started (and None at the end), so that an interrupt can kill them."""
+    members: list[Member] = []
+    workers: list[WorkerProcess] = []
+    for index, start in enumerate(starts):
+        worker = start()
+        workers.append(worker)
+        if on_worker:
+            on_worker(worker)
+        ready = wait_ready(worker, timeout_s)
+        if ready is not None:
+            members.append(Member(index, worker, ready["round_s"], references[index]))
+    turn = 0
+    while True:
+        active = [m for m in members if still_turns(m, members, max_rounds)]
+        if not active:
+            break
+        for member in active[turn % len(active):] + active[:turn % len(active)]:
+            if still_turns(member, members, max_rounds):
+                take_turn(member, timeout_s)
+        turn += 1
+    for member in members:
+        if member.worker.send({"finish": True}):
+            member.worker.wait(timeout_s)
+        else:
+            member.worker.wait(5)
+    results = [worker.collect() for worker in workers]
+    if on_worker:
+        on_worker(None)
+    return results

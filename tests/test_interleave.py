@@ -1,0 +1,67 @@
+"""The interleaving coordinator, on fake workers (no processes): turns, stopping, the
+reference's coverage, and a worker that dies in its turn."""
+from compare.interleave import run_interleaved
+
+
+class FakeWorker:
+    """Speaks the worker's slice protocol: ready, then one slice event per command."""
+
+    def __init__(self, name, rounds_needed, log, dies_at_turn=None, round_s=0.01):
+        self.name, self.rounds_needed, self.log = name, rounds_needed, log
+        self.dies_at_turn, self.round_s = dies_at_turn, round_s
+        self.rounds = self.turns = 0
+        self.events = [{"ready": {"round_s": round_s}}]
+        self.finished = self.dead = False
+
+    def next_event(self, timeout_s):
+        return self.events.pop(0) if self.events else None
+
+    def send(self, command):
+        if self.dead:
+            return False
+        if command.get("finish"):
+            self.finished = True
+            return True
+        self.turns += 1
+        self.log.append(self.name)
+        if self.turns == self.dies_at_turn:
+            self.dead = True
+            return True  # the command went out; no answer will come
+        self.rounds += command["rounds"]
+        self.events.append({"slice": {"rounds": self.rounds, "done": self.rounds >= self.rounds_needed,
+                                      "round_s": self.round_s}})
+        return True
+
+    def wait(self, timeout_s):
+        pass
+
+    def collect(self):
+        return {"name": self.name, "rounds": self.rounds, "finished": self.finished, "dead": self.dead}
+
+
+def test_cells_take_turns_and_the_reference_covers_the_whole_stretch():
+    log = []
+    workers = [FakeWorker("eager", 50, log), FakeWorker("fast", 50, log), FakeWorker("slow", 200, log)]
+    results = run_interleaved([lambda w=w: w for w in workers], [True, False, False], 10.0, 300)
+    assert [r["finished"] for r in results] == [True, True, True]
+    assert log[:3] == ["eager", "fast", "slow"]  # one turn each, in turn
+    # the reference took turns for as long as the slowest cell did
+    assert results[2]["rounds"] >= 200 and results[0]["rounds"] >= results[2]["rounds"] - 25  # within one turn
+    assert 50 <= results[1]["rounds"] < 100  # the fast cell stopped once its rule was met
+
+
+def test_a_worker_that_dies_in_its_turn_costs_only_its_cell():
+    log = []
+    workers = [FakeWorker("eager", 30, log), FakeWorker("crashes", 100, log, dies_at_turn=2),
+               FakeWorker("fine", 60, log)]
+    results = run_interleaved([lambda w=w: w for w in workers], [True, False, False], 10.0, 300)
+    assert results[1]["dead"] and log.count("crashes") == 2
+    assert results[2]["finished"] and results[2]["rounds"] >= 60
+    assert results[0]["finished"]
+
+
+def test_rounds_are_capped():
+    log = []
+    workers = [FakeWorker("eager", 10, log), FakeWorker("never_precise", 10**6, log)]
+    results = run_interleaved([lambda w=w: w for w in workers], [True, False], 10.0, 120)
+    assert max(r["rounds"] for r in results) < 120 + 30
