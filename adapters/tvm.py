@@ -198,6 +198,10 @@ class TvmBackend(_TvmBase):
         from tvm import relax
         from tvm.s_tir import meta_schedule as ms
 
+        from . import tvm_inspect
+
+        tvm_inspect.install()
+
         trials = int(ctx.options.get("tvm_trials", DEFAULT_TRIALS))
         cap = ctx.options.get("tvm_trials_per_task")
         retune = bool(ctx.options.get("retune", False))
@@ -256,7 +260,7 @@ class TvmBackend(_TvmBase):
                         max_trials_per_task=per_task,
                         num_trials_per_iter=max(1, min(64, per_task)),
                         # 2 cores: the 30 s default build timeout expired on real tasks
-                        builder=ms.builder.LocalBuilder(timeout_sec=120),
+                        builder=ms.builder.LocalBuilder(timeout_sec=120, initializer=tvm_inspect.install),
                         seed=int(ctx.options.get("seed", 0)),
                     )
             tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if needed > 0 and tasks else 0.0)
