@@ -126,7 +126,7 @@ def fmt_reference(cell: Cell) -> str:
         return "-"
     text = f"{cell.eager_latency_ms:.4g}"
     if cell.backend != "eager" and cell.reference_deviation is not None:
-        flag = " (!)" if abs(cell.reference_deviation) > REFERENCE_TOLERANCE else ""
+        flag = " !" if abs(cell.reference_deviation) > REFERENCE_TOLERANCE else ""
         text += f" ({cell.reference_deviation * 100:+.1f}%{flag})"
     return text
 
@@ -139,7 +139,7 @@ def fmt_numerics(cell: Cell) -> str:
 
 def fmt_status(cell: Cell) -> str:
     notes = []
-    if cell.cache in ("hit", "miss"):
+    if cell.cache in ("hit", "miss", "bypass"):
         notes.append(f"cache {cell.cache}")
     tuning = cell.info.get("tuning") if isinstance(cell.info, dict) else None
     if tuning:
@@ -251,7 +251,8 @@ def conditions_line(results: RunResults) -> str:
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
-            f"{cfg.get('processes', 1)} worker process(es) per cell; cache {cache}; "
+            f"{cfg.get('processes', 1)} worker process(es) per cell"
+            f" ({cfg.get('reference_processes', 1)} for the reference); cache {cache}; "
             f"TVM budget {cfg.get('options', {}).get('tvm_trials', '-')} trials")
 
 

@@ -127,7 +127,7 @@ class Cell:
     work: dict[str, Any] | None = None  # counted flops and minimum bytes of the workload
     roofline: dict[str, Any] | None = None  # achieved GFLOP/s, GB/s, fraction of the bound
     threads: int | None = None
-    cache: str | None = None  # "cold", "hit", "miss"
+    cache: str | None = None  # "cold", "hit", "miss", "bypass" (the backend declined to cache)
     settings: dict[str, Any] = field(default_factory=dict)  # how the backend was configured
     allocator: str | None = None  # the malloc the worker ran with, as it saw it
     backend_versions: dict[str, str] = field(default_factory=dict)

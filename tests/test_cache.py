@@ -6,7 +6,10 @@ import pytest
 from conftest import load_results, run_cli
 
 BACKENDS = ["inductor", "ort", "iree"]
-COMMON = ["--workloads", "mlp", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--threads", "1"]
+# Freezing off: with it, torch 2.13 bypasses Inductor's FX-graph cache on CPU (see
+# test_frozen_graphs_are_reported_as_bypassed), and this file tests the cache itself.
+COMMON = ["--workloads", "mlp", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--threads", "1",
+          "--inductor-freezing", "off"]
 
 
 def _cells(out):
@@ -48,6 +51,7 @@ def test_warm_second_run_hits_and_compiles_faster(warm_runs, backend):
         assert evidence["loaded_from_store"] is True
 
 
+@pytest.mark.slow  # a default-size compile of three backends
 def test_other_shape_misses(warm_runs, tmp_path):
     base, store, _ = warm_runs
     proc = run_cli("--backends", ",".join(BACKENDS), *[a if a != "small" else "default" for a in COMMON],
@@ -74,3 +78,15 @@ def test_inductor_key_holds_the_torch_version(warm_runs):
     _, store, _ = warm_runs
     (target_dir,) = list((store / "inductor").iterdir())
     assert "torch2.13.0" in target_dir.name and "1t" in target_dir.name
+
+
+def test_frozen_graphs_are_reported_as_bypassed():
+    from collections import Counter
+
+    from adapters.inductor import cache_evidence, cache_result
+
+    counters = {"inductor": Counter(fxgraph_cache_bypass=1), "aot_autograd": Counter()}
+    assert cache_result(cache_evidence(counters)) == "bypass"
+    counters = {"inductor": Counter(fxgraph_cache_hit=1), "aot_autograd": Counter()}
+    assert cache_result(cache_evidence(counters)) == "hit"
+    assert cache_result(cache_evidence({"inductor": Counter(), "aot_autograd": Counter()})) == "miss"
