@@ -23,7 +23,7 @@ EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
-SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference")
+SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise")
 
 
 class UsageError(Exception):
@@ -133,6 +133,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                              "sample the same stretch of time (default on; local executor)")
     parser.add_argument("--processes", type=_positive_int, default=processes, metavar="K",
                         help=f"fresh worker processes per cell, samples pooled across them (default {processes})")
+    parser.add_argument("--reference-processes", type=_positive_int, default=3, metavar="K",
+                        help="at least K processes for the eager-only reference, pooled, so that one process's "
+                             "offset does not shift every comparison with it (default 3)")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
                         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
     parser.add_argument("--seed", type=int, default=0)
@@ -209,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tuning_logs.add_parser(sub)
 
+    noi = sub.add_parser("noise", help="benchmark: how much this machine's speed changes from second to second")
+    noi.add_argument("--seconds", type=_positive_float, default=20.0)
+
     ovh = sub.add_parser("overhead", help="benchmark: the harness's timing vs a bare perf_counter loop")
     ovh.add_argument("--repeats", type=_positive_int, default=15)
     return parser
@@ -259,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import tuning_logs
 
             return tuning_logs.run(args, wide_console())
+        if args.command == "noise":
+            from .noise import main as noise_main
+
+            return noise_main(args.seconds)
         if args.command == "overhead":
             from .overhead import main as overhead_main
 
@@ -359,6 +369,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
         processes=args.processes,
+        reference_processes=args.reference_processes,
         batches=list(args.batch),
         dtypes=list(args.dtype),
         suite=args.suite,
@@ -376,7 +387,8 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
 RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
                   "--batch": "batches", "--dtype": "dtypes", "--suite": "suite",
                   "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
-                  "--processes": "processes", "--thread-spin": "thread_spin"}
+                  "--processes": "processes", "--thread-spin": "thread_spin",
+                  "--reference-processes": "reference_processes"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
 RESUME_OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
                       "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",

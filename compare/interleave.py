@@ -69,21 +69,30 @@ def still_turns(member: Member, members: list[Member], max_rounds: int) -> bool:
     return not member.done or any(not m.ended and not m.done for m in others)
 
 
-def run_interleaved(starts: list[Callable[[], WorkerProcess]], references: list[bool], timeout_s: float,
-                    max_rounds: int, on_worker: Callable[[WorkerProcess | None], None] | None = None
-                    ) -> list[dict[str, Any]]:
-    """Run one group of cells (their workers made by ``starts``, in order) with interleaved
-    timing; returns each cell's fields, in order. ``on_worker`` hears of each worker
-    started (and None at the end), so that an interrupt can kill them."""
+def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], references: list[bool],
+                    timeout_s: float, max_rounds: int,
+                    on_worker: Callable[[WorkerProcess | None], None] | None = None) -> list[dict[str, Any] | None]:
+    """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
+    each, as a cell may run in several processes) with interleaved timing; returns each
+    worker's fields in order, or None for a worker not started because an earlier process
+    of its cell failed before timing (a cell that hangs must not cost its timeout K times).
+    ``on_worker`` hears of each worker started (and None at the end), so that an interrupt
+    can kill them."""
     members: list[Member] = []
-    workers: list[WorkerProcess] = []
+    workers: list[WorkerProcess | None] = []
+    failed: set[str] = set()
     for index, start in enumerate(starts):
+        if cells[index] in failed:
+            workers.append(None)
+            continue
         worker = start()
         workers.append(worker)
         if on_worker:
             on_worker(worker)
         ready = wait_ready(worker, timeout_s)
-        if ready is not None:
+        if ready is None:
+            failed.add(cells[index])
+        else:
             members.append(Member(index, worker, ready["round_s"], references[index]))
     turn = 0
     while True:
@@ -99,7 +108,7 @@ def run_interleaved(starts: list[Callable[[], WorkerProcess]], references: list[
             member.worker.wait(timeout_s)
         else:
             member.worker.wait(5)
-    results = [worker.collect() for worker in workers]
+    results = [worker.collect() if worker else None for worker in workers]
     if on_worker:
         on_worker(None)
     return results

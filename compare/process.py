@@ -108,6 +108,7 @@ class WorkerProcess:
     def collect(self) -> dict[str, Any]:
         """How the worker ended, as cell fields; cleans up after it."""
         self._reader.join(timeout=5)
+        self.wait(10)  # its stdout closed; reap it, so that its exit status (a signal) is known
         self._log.close()
         cell = _collect(self.proc.returncode, self.timed_out_after, self.result_path, self.log_path,
                         self.last_phase)

@@ -25,8 +25,6 @@ from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_
 
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)
-# Fresh eager-only processes per workload (at least): the reference's own offset averages out.
-REFERENCE_PROCESSES = 3
 
 
 class OutputError(Exception):
@@ -57,6 +55,7 @@ class RunConfig:
     keep_work_dirs: bool = False
     numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
     processes: int = 1  # fresh worker processes per cell, their samples pooled (pyperf's repeats)
+    reference_processes: int = 3  # at least this many for the eager-only reference: its own offset averages out
     batches: list[int] = field(default_factory=list)  # --batch sweep; empty: each workload's own batch
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])  # --dtype sweep
     suite: str = "paper"  # which built-ins ran (recorded; the workloads list is what counts)
@@ -242,17 +241,23 @@ class Runner:
             going = [b for b in backends if b in specs and all(r.get("status") == "ok" for r in runs[b])]
             if not going:
                 break
-            # The reference runs in several processes even when the cells run in one: each
-            # process has an offset of its own (±5 % here), and one offset in the
-            # reference would shift every cell's comparison with it.
-            members = [b for b in going for _ in range(-(-REFERENCE_PROCESSES // rounds) if b == "eager" else 1)]
+            members = [b for b in going for _ in range(self._processes_per_round(b, backends, rounds))]
             ended = run_interleaved([self._starter(specs[b], workload, b, batch, dtype, index) for b in members],
-                                    [b == "eager" for b in members], self.config.timeout_s,
+                                    members, [b == "eager" for b in members], self.config.timeout_s,
                                     int(self.config.timing.get("max_samples", 300)), on_worker=self._set_worker)
             for b, result in zip(members, ended):
-                runs[b].append(result)
+                if result is not None:
+                    runs[b].append(result)
         return [self._as_cell({**base[b], **pool_processes(runs[b]), "log": self._log_rel(workload, b, batch, dtype)})
                 for b in backends]
+
+    def _processes_per_round(self, backend: str, backends: list[str], rounds: int) -> int:
+        # The reference runs in several processes even when the cells run in one: each
+        # process has an offset of its own (±5 % here), and one offset in the reference
+        # would shift every cell's comparison with it. Alone, it is compared with nothing.
+        if backend != "eager" or len(backends) == 1:
+            return 1
+        return max(1, -(-self.config.reference_processes // rounds))
 
     def _starter(self, spec, workload, backend, batch, dtype, index):
         count = max(1, self.config.processes)

@@ -34,6 +34,7 @@ def test_workers_run_under_the_chosen_allocator(name, tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = load_results(tmp_path)
     (cell,) = data["cells"]
+    assert len(cell["process_samples"]) == 1  # alone, the reference is compared with nothing: one process
     assert data["environment"]["allocator"] == name
     if name == "system":
         assert cell["allocator"] == "glibc"  # no MALLOC_* setting reached the worker

@@ -52,3 +52,18 @@ def test_list_shows_workloads_and_backends():
         assert name in proc.stdout
     resnet_row = next(line for line in proc.stdout.splitlines() if "│ resnet" in line)
     assert "models" in resnet_row and "image: float32[1, 3, 224, 224]" in resnet_row and "batch=1" in resnet_row
+
+
+def test_noise_benchmark_prints_the_spread():
+    proc = run_cli("noise", "--seconds", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "windows of 0.1 s" in proc.stdout and "per-second medians: fastest" in proc.stdout
+
+
+def test_noise_summary_arithmetic():
+    from compare.noise import summary
+
+    windows = [(i * 0.1, 1.0) for i in range(10)] + [(1.0 + i * 0.1, 1.5) for i in range(10)]
+    result = summary(windows)  # median of all windows: 1.25
+    assert result["per_second"] == pytest.approx([-0.2, 0.2])
+    assert result["fastest_second"] == pytest.approx(-0.2) and result["slowest_second"] == pytest.approx(0.2)

@@ -6,11 +6,11 @@ from compare.interleave import run_interleaved
 class FakeWorker:
     """Speaks the worker's slice protocol: ready, then one slice event per command."""
 
-    def __init__(self, name, rounds_needed, log, dies_at_turn=None, round_s=0.01):
+    def __init__(self, name, rounds_needed, log, dies_at_turn=None, round_s=0.01, never_ready=False):
         self.name, self.rounds_needed, self.log = name, rounds_needed, log
         self.dies_at_turn, self.round_s = dies_at_turn, round_s
         self.rounds = self.turns = 0
-        self.events = [{"ready": {"round_s": round_s}}]
+        self.events = [] if never_ready else [{"ready": {"round_s": round_s}}]
         self.finished = self.dead = False
 
     def next_event(self, timeout_s):
@@ -42,7 +42,7 @@ class FakeWorker:
 def test_cells_take_turns_and_the_reference_covers_the_whole_stretch():
     log = []
     workers = [FakeWorker("eager", 50, log), FakeWorker("fast", 50, log), FakeWorker("slow", 200, log)]
-    results = run_interleaved([lambda w=w: w for w in workers], [True, False, False], 10.0, 300)
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], [True, False, False], 10.0, 300)
     assert [r["finished"] for r in results] == [True, True, True]
     assert log[:3] == ["eager", "fast", "slow"]  # one turn each, in turn
     # the reference took turns for as long as the slowest cell did
@@ -54,7 +54,7 @@ def test_a_worker_that_dies_in_its_turn_costs_only_its_cell():
     log = []
     workers = [FakeWorker("eager", 30, log), FakeWorker("crashes", 100, log, dies_at_turn=2),
                FakeWorker("fine", 60, log)]
-    results = run_interleaved([lambda w=w: w for w in workers], [True, False, False], 10.0, 300)
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], [True, False, False], 10.0, 300)
     assert results[1]["dead"] and log.count("crashes") == 2
     assert results[2]["finished"] and results[2]["rounds"] >= 60
     assert results[0]["finished"]
@@ -63,5 +63,23 @@ def test_a_worker_that_dies_in_its_turn_costs_only_its_cell():
 def test_rounds_are_capped():
     log = []
     workers = [FakeWorker("eager", 10, log), FakeWorker("never_precise", 10**6, log)]
-    results = run_interleaved([lambda w=w: w for w in workers], [True, False], 10.0, 120)
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], [True, False], 10.0, 120)
     assert max(r["rounds"] for r in results) < 120 + 30
+
+
+def test_a_cell_whose_first_process_fails_before_timing_starts_no_more_processes():
+    log, started = [], []
+    workers = [FakeWorker("eager", 10, log, never_ready=True), FakeWorker("eager", 10, log),
+               FakeWorker("eager", 10, log), FakeWorker("other", 10, log)]
+
+    def starter(w):
+        def start():
+            started.append(w)
+            return w
+        return start
+
+    results = run_interleaved([starter(w) for w in workers], ["eager", "eager", "eager", "other"],
+                              [True, True, True, False], 10.0, 300)
+    assert started == [workers[0], workers[3]]  # a hung first process is not repeated twice more
+    assert results[1] is None and results[2] is None
+    assert results[3]["finished"] and results[3]["rounds"] >= 10

@@ -1,0 +1,59 @@
+"""``python -m compare noise``: how steady is this machine's speed, second by second?
+
+Times one fixed, single-threaded, cache-resident kernel (a multiply-add over a small
+numpy array: no memory traffic, no threads, no allocation) in back-to-back windows of
+0.1 s for a while, and prints how far the windows and the per-second medians stray
+from the overall median. On a dedicated machine they stay within a few percent; on a
+shared VM whose host changes the clock with its load they do not, and then only
+figures timed alternately (as each cell's eager/backend pairs are) or interleaved (as
+the cells of a workload are) can be compared. A benchmark of the machine, not of a
+backend: nothing is written.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+WINDOW_S = 0.1
+
+
+def probe(seconds: float, elements: int = 4096) -> list[tuple[float, float]]:
+    """(start offset s, ns per element) for each window."""
+    a = np.linspace(0.0, 1.0, elements, dtype=np.float32)
+    b = np.zeros_like(a)
+    out = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        start = time.perf_counter()
+        reps = 0
+        while time.perf_counter() - start < WINDOW_S:
+            np.multiply(b, 0.999, out=b)
+            np.add(b, a, out=b)
+            reps += 1
+        out.append((start - t0, (time.perf_counter() - start) / (reps * elements) * 1e9))
+    return out
+
+
+def summary(windows: list[tuple[float, float]]) -> dict[str, float | list[float]]:
+    values = sorted(v for _, v in windows)
+    med = statistics.median(values)
+    per_second: dict[int, list[float]] = {}
+    for offset, value in windows:
+        per_second.setdefault(int(offset), []).append(value)
+    seconds = [statistics.median(v) / med - 1 for _, v in sorted(per_second.items())]
+    return {"windows": len(values), "median_ns": med,
+            "p5": values[len(values) // 20] / med - 1, "p95": values[-(len(values) // 20) - 1] / med - 1,
+            "fastest_second": min(seconds), "slowest_second": max(seconds), "per_second": seconds}
+
+
+def main(seconds: float) -> int:
+    result = summary(probe(seconds))
+    print(f"{result['windows']} windows of {WINDOW_S:g} s; a single-threaded cache-resident kernel, "
+          f"median {result['median_ns']:.3f} ns per element")
+    print(f"windows: 5th percentile {result['p5']:+.1%}, 95th {result['p95']:+.1%} from the median "
+          "(negative = faster)")
+    print(f"per-second medians: fastest {result['fastest_second']:+.1%}, slowest {result['slowest_second']:+.1%}")
+    print("per second: " + " ".join(f"{x:+.0%}" for x in result["per_second"]))
+    return 0
