@@ -71,7 +71,7 @@ def test_cuda_run_without_gpu_reports_unavailable(tmp_path):
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 def test_cuda_inductor_runs_and_agrees(tmp_path):
     proc = run_cli("--device", "cuda", "--backends", "inductor", "--workloads", "mlp", "--size", "small",
-                   "--time-budget", "0.3", "--min-samples", "3", "--output-dir", tmp_path)
+                   "--time-budget", "0.3", "--min-samples", "3", "--reference-processes", "1", "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "inductor")
     assert cell["status"] == "ok" and cell["numerics_ok"] and cell["info"]["cuda_peak_allocated_mb"] > 0

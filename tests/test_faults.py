@@ -57,7 +57,7 @@ def _no_temp_files(folder: Path) -> bool:
 def test_interrupt_keeps_every_finished_cell(tmp_path, sig, code):
     out = tmp_path / "run"
     proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,fine2,hangs,makes_nan",
-                  "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3",
+                  "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
                   "--output-dir", out, "--quiet")
     before = _wait_for_cells(out, 2)  # fine and fine2 done; the hang is running
     time.sleep(2.0)
@@ -81,7 +81,7 @@ def test_killed_worker_then_resume(tmp_path):
     psutil = pytest.importorskip("psutil")
     out = tmp_path / "run"
     proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,hangs,fine2",
-                  "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3",
+                  "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
                   "--output-dir", out, "--quiet")
     before = _wait_for_cells(out, 1)
     time.sleep(3.0)  # the "hangs" worker is sleeping now
@@ -187,7 +187,7 @@ def test_corrupt_cache_artifact_is_a_miss(tmp_path):
 def test_memory_limit_records_out_of_memory(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--backends", "eager", "--workload-file", FAULTY, "--workloads", "hog,fine", "--size", "small",
-                   "--memory-limit", "6000", "--time-budget", "0.2", "--min-samples", "3", "--output-dir", out)
+                   "--memory-limit", "6000", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--output-dir", out)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     cells = _cells_by_key(load_results(out))
     assert cells[("hog", "eager")]["status"] == "out_of_memory", cells[("hog", "eager")]
@@ -198,7 +198,7 @@ def test_memory_limit_records_out_of_memory(tmp_path):
 def test_nan_and_wrong_outputs_are_reported_not_crashed(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--backends", "eager", "--workload-file", FAULTY, "--workloads", "makes_nan,wrong_output,fine",
-                   "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--output-dir", out)
+                   "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--output-dir", out)
     assert proc.returncode == 1
     cells = _cells_by_key(load_results(out))
     assert cells[("makes_nan", "eager")]["numerics_ok"] is False
@@ -211,7 +211,7 @@ def test_nan_and_wrong_outputs_are_reported_not_crashed(tmp_path):
 def test_two_runs_at_once_share_logs_and_reports(tmp_path):
     """Two processes, one tuning-log folder, one reports folder, same workload."""
     common = ["--backends", "ort,iree", "--workloads", "mlp", "--size", "small", "--cache", "warm",
-              "--tuning-logs", tmp_path / "logs", "--time-budget", "0.2", "--min-samples", "3", "--quiet"]
+              "--tuning-logs", tmp_path / "logs", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--quiet"]
     (tmp_path / "reports").mkdir()
     procs = [_start(*common, cwd=tmp_path) for _ in range(2)]
     for p in procs:
@@ -229,11 +229,12 @@ def test_two_runs_at_once_share_logs_and_reports(tmp_path):
     faults.record("two concurrent runs sharing tuning_logs/ and reports/", 2, 0)
 
 
+@pytest.mark.slow  # two concurrent real tunings; the lock itself is tested in test_tuning_store
 @pytest.mark.skipif(__import__("importlib.util").util.find_spec("tvm") is None, reason="apache-tvm not installed")
 def test_two_runs_tune_one_log_without_double_counting(tmp_path):
     common = ["--backends", "tvm", "--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear",
               "--size", "small", "--tvm-trials", "2",
-              "--tuning-logs", tmp_path / "logs", "--time-budget", "0.2", "--min-samples", "3", "--quiet"]
+              "--tuning-logs", tmp_path / "logs", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--quiet"]
     procs = [_start(*common, "--output-dir", tmp_path / f"r{i}") for i in range(2)]
     for p in procs:
         p.communicate(timeout=900)

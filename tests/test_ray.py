@@ -9,7 +9,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason=
 
 FAULTY = FIXTURES / "faulty_workloads.py"
 COMMON = ["--backends", "eager,ort", "--workload-file", FAULTY, "--workloads", "fine,raises,hangs",
-          "--size", "small", "--timeout", "15", "--time-budget", "0.2", "--min-samples", "3", "--threads", "1"]
+          "--size", "small", "--timeout", "15", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--threads", "1"]
 
 
 def _by_key(out):
@@ -24,6 +24,7 @@ def both(tmp_path_factory):
     return base, local, ray
 
 
+@pytest.mark.slow  # Ray starts a local cluster; the executor is optional
 def test_ray_gives_the_same_cells_statuses_and_numerics(both):
     base, local, ray = both
     assert local.returncode == ray.returncode == 1, ray.stdout + ray.stderr
@@ -41,11 +42,12 @@ def test_ray_gives_the_same_cells_statuses_and_numerics(both):
     assert (base / "ray" / b[("raises", "eager")]["log"]).read_text()  # the node's log came back
 
 
+@pytest.mark.slow  # a real tuning through Ray: the default tier tunes through the local executor
 @pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm not installed")
 def test_records_tuned_by_one_task_are_reused_by_a_later_one(tmp_path):
     args = ["--backends", "tvm", "--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear",
             "--size", "small", "--tvm-trials", "2", "--executor", "ray", "--tuning-logs", tmp_path / "logs",
-            "--time-budget", "0.2", "--min-samples", "3", "--no-history"]
+            "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--no-history"]
     first = run_cli(*args, "--output-dir", tmp_path / "a")
     second = run_cli(*args, "--output-dir", tmp_path / "b")
     assert first.returncode == 0 and second.returncode == 0, second.stdout + second.stderr

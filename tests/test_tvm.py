@@ -10,7 +10,7 @@ pytestmark = pytest.mark.skipif(
 
 # One operator -> one tuning task: real MetaSchedule tuning in well under a minute.
 COMMON = ["--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear", "--size", "small",
-          "--tvm-trials", "4", "--time-budget", "0.3", "--min-samples", "3"]
+          "--tvm-trials", "4", "--time-budget", "0.3", "--min-samples", "3", "--reference-processes", "1"]
 
 
 def _tvm_cell(out):
@@ -65,6 +65,7 @@ def test_second_run_reuses_the_log(tuned):
         assert second["break_even_calls"] > second["break_even_calls_excl_tuning"]
 
 
+@pytest.mark.slow  # a second real tuning; damaged logs are also tested in test_tuning_store
 def test_corrupt_log_is_set_aside_and_retuned(tuned, tmp_path):
     base, logs = tuned
     tuning = _tvm_cell(base / "r1")["info"]["tuning"]
@@ -87,8 +88,9 @@ def test_retune_tunes_again(tuned, tmp_path):
     assert tuning["retuned"] is True and tuning["reused"] is False and tuning["trials_measured"] > 0
 
 
+@pytest.mark.slow  # the tuned fixture runs tvm-untuned too, on one workload
 def test_untuned_agrees_with_eager_on_all_five(tmp_path):
-    proc = run_cli("--backends", "tvm-untuned", "--size", "small", "--time-budget", "0.2", "--min-samples", "3",
+    proc = run_cli("--backends", "tvm-untuned", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
                    "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "tvm-untuned"]
