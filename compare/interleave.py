@@ -69,15 +69,15 @@ def still_turns(member: Member, members: list[Member], max_rounds: int) -> bool:
     return not member.done or any(not m.ended and not m.done for m in others)
 
 
-def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], references: list[bool],
+def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str,
                     timeout_s: float, max_rounds: int,
                     on_worker: Callable[[WorkerProcess | None], None] | None = None) -> list[dict[str, Any] | None]:
     """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
-    each, as a cell may run in several processes) with interleaved timing; returns each
-    worker's fields in order, or None for a worker not started because an earlier process
-    of its cell failed before timing (a cell that hangs must not cost its timeout K times).
-    ``on_worker`` hears of each worker started (and None at the end), so that an interrupt
-    can kill them."""
+    each, as a cell may run in several processes; ``reference`` names the eager-only cell)
+    with interleaved timing. Returns each worker's fields in order, or None for a worker
+    not started because an earlier process of its cell failed before timing (a cell that
+    hangs must not cost its timeout K times). ``on_worker`` hears of each worker started
+    (and None at the end), so that an interrupt can kill them."""
     members: list[Member] = []
     workers: list[WorkerProcess | None] = []
     failed: set[str] = set()
@@ -93,7 +93,7 @@ def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str],
         if ready is None:
             failed.add(cells[index])
         else:
-            members.append(Member(index, worker, ready["round_s"], references[index]))
+            members.append(Member(index, worker, ready["round_s"], cells[index] == reference))
     turn = 0
     while True:
         active = [m for m in members if still_turns(m, members, max_rounds)]

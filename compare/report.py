@@ -244,6 +244,13 @@ def isa_line(env: dict[str, Any]) -> str:
     return ", ".join(wide) or "no AVX2"
 
 
+def reference_processes(results: RunResults) -> int:
+    """How many processes the eager-only reference ran in, as its cells recorded it (one
+    when eager ran alone, K x ceil(reference/K) with --processes K)."""
+    counts = [len(c.process_samples) for c in results.cells if c.backend == "eager" and c.process_samples]
+    return max(counts, default=results.config.get("reference_processes", 1))
+
+
 def conditions_line(results: RunResults) -> str:
     """The run conditions that move headline figures, stated next to them."""
     env, cfg = results.environment, results.config
@@ -252,7 +259,7 @@ def conditions_line(results: RunResults) -> str:
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
             f"{cfg.get('processes', 1)} worker process(es) per cell"
-            f" ({cfg.get('reference_processes', 1)} for the reference); cache {cache}; "
+            f" ({reference_processes(results)} for the reference); cache {cache}; "
             f"TVM budget {cfg.get('options', {}).get('tvm_trials', '-')} trials")
 
 

@@ -243,7 +243,7 @@ class Runner:
                 break
             members = [b for b in going for _ in range(self._processes_per_round(b, backends, rounds))]
             ended = run_interleaved([self._starter(specs[b], workload, b, batch, dtype, index) for b in members],
-                                    members, [b == "eager" for b in members], self.config.timeout_s,
+                                    members, "eager", self.config.timeout_s,
                                     int(self.config.timing.get("max_samples", 300)), on_worker=self._set_worker)
             for b, result in zip(members, ended):
                 if result is not None:

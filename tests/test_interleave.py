@@ -42,7 +42,7 @@ class FakeWorker:
 def test_cells_take_turns_and_the_reference_covers_the_whole_stretch():
     log = []
     workers = [FakeWorker("eager", 50, log), FakeWorker("fast", 50, log), FakeWorker("slow", 200, log)]
-    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], [True, False, False], 10.0, 300)
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], "eager", 10.0, 300)
     assert [r["finished"] for r in results] == [True, True, True]
     assert log[:3] == ["eager", "fast", "slow"]  # one turn each, in turn
     # the reference took turns for as long as the slowest cell did
@@ -54,7 +54,7 @@ def test_a_worker_that_dies_in_its_turn_costs_only_its_cell():
     log = []
     workers = [FakeWorker("eager", 30, log), FakeWorker("crashes", 100, log, dies_at_turn=2),
                FakeWorker("fine", 60, log)]
-    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], [True, False, False], 10.0, 300)
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], "eager", 10.0, 300)
     assert results[1]["dead"] and log.count("crashes") == 2
     assert results[2]["finished"] and results[2]["rounds"] >= 60
     assert results[0]["finished"]
@@ -63,7 +63,7 @@ def test_a_worker_that_dies_in_its_turn_costs_only_its_cell():
 def test_rounds_are_capped():
     log = []
     workers = [FakeWorker("eager", 10, log), FakeWorker("never_precise", 10**6, log)]
-    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], [True, False], 10.0, 120)
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], "eager", 10.0, 120)
     assert max(r["rounds"] for r in results) < 120 + 30
 
 
@@ -79,7 +79,7 @@ def test_a_cell_whose_first_process_fails_before_timing_starts_no_more_processes
         return start
 
     results = run_interleaved([starter(w) for w in workers], ["eager", "eager", "eager", "other"],
-                              [True, True, True, False], 10.0, 300)
+                              "eager", 10.0, 300)
     assert started == [workers[0], workers[3]]  # a hung first process is not repeated twice more
     assert results[1] is None and results[2] is None
     assert results[3]["finished"] and results[3]["rounds"] >= 10
