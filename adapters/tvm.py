@@ -23,7 +23,8 @@ from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
 BAD_FFI_PREFIXES = ("0.1.15",)
-DEFAULT_TRIALS = 64
+DEFAULT_TRIALS = 256
+DEFAULT_TUNE_MINUTES = 5.0
 
 
 class TvmCompiled(Compiled):
@@ -67,7 +68,11 @@ class _TvmBase(Backend):
 
         return {"frontend": "relax.frontend.torch.from_exported_program", "weights": "bound as constants",
                 "target": "cuda" if ctx.device == "cuda" else "llvm, mcpu = host (llvm_get_system_cpu)",
-                "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS")}
+                "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"),
+                "default_schedules": ("dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback"
+                                      if default_schedules_on(ctx) else "off (naked loop nests)"),
+                "math": ("FastMathTransform (exp, tanh, erf, softmax approximated)" if fast_math_on(ctx) and ctx.device != "cuda"
+                         else "exact (libm calls)")}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("tvm", "tvm_ffi")
@@ -102,6 +107,7 @@ class _TvmBase(Backend):
 
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+            ctx.info["negative_indices_canonicalized"] = canonicalize_negative_indices(exported)
         with ctx.phase("frontend"):
             # Weights are bound as constants (the default): kept as inputs they left
             # runtime transposes that cost more than the matmuls.
@@ -130,6 +136,21 @@ class _TvmBase(Backend):
         with target:
             return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                            dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+
+    @staticmethod
+    def cpu_default_schedules(mod, target, ctx: CompileContext, enabled: bool = True):
+        """dlight's CPU rules and a parallel-and-vectorize fallback for every function
+        without a schedule; the cell records which functions were left unscheduled and
+        which got a default schedule (``--tvm-default-schedules off`` keeps the naked build)."""
+        from .tvm_schedules import default_cpu_schedules, unscheduled
+
+        before = unscheduled(mod)
+        if enabled:
+            mod = default_cpu_schedules(mod, target)
+        after = unscheduled(mod)
+        ctx.info["default_scheduled"] = sorted(set(before) - set(after))
+        ctx.info["unscheduled_functions"] = after  # > 0: single-threaded scalar loops; the table says so
+        return mod
 
     @staticmethod
     def load(executable, ctx: CompileContext) -> TvmCompiled:
@@ -166,6 +187,9 @@ class TvmUntunedBackend(_TvmBase):
             else:
                 target, mcpu = self.host_target(ctx.threads)
                 ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
+                with target:
+                    mod = tvm.transform.Sequential([*math_passes(ctx), relax.pipeline.zero_pipeline()])(mod)
+                mod = self.cpu_default_schedules(mod, target, ctx, enabled=default_schedules_on(ctx))
             return tvm.compile(mod, target=target)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
@@ -185,6 +209,8 @@ class TvmBackend(_TvmBase):
         return {**super().settings(ctx), "tuner": "MetaSchedule (evolutionary search, XGBoost cost model)",
                 "tvm_trials": int(ctx.options.get("tvm_trials", DEFAULT_TRIALS)),
                 "tvm_trials_per_task": ctx.options.get("tvm_trials_per_task"),
+                "tvm_tune_minutes": ctx.options.get("tvm_tune_minutes", DEFAULT_TUNE_MINUTES),
+                "task_scheduler": "gradient (MetaSchedule's default: budget shared across tasks)",
                 "cpu_weight_prepack": ctx.device != "cuda"}
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
@@ -198,11 +224,13 @@ class TvmBackend(_TvmBase):
         from tvm import relax
         from tvm.s_tir import meta_schedule as ms
 
-        from . import tvm_inspect
+        from . import tvm_inspect, tvm_tuning
+        from .tvm_tuning import SearchSettings, TuningBudget
 
         tvm_inspect.install()
 
         trials = int(ctx.options.get("tvm_trials", DEFAULT_TRIALS))
+        minutes = ctx.options.get("tvm_tune_minutes", DEFAULT_TUNE_MINUTES)
         cap = ctx.options.get("tvm_trials_per_task")
         retune = bool(ctx.options.get("retune", False))
 
@@ -218,8 +246,8 @@ class TvmBackend(_TvmBase):
             tkey = target_key("cpu", ctx.threads, {"tvm": tvm.__version__}, cpu=f"llvm-{mcpu}")
         with ctx.phase("build"):
             with target:
-                passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
-                          relax.pipeline.zero_pipeline()]
+                passes = [*([] if gpu else math_passes(ctx)), relax.transform.DecomposeOpsForInference(),
+                          relax.transform.CanonicalizeBindings(), relax.pipeline.zero_pipeline()]
                 if not gpu:
                     passes.append(relax.transform.AttachAttrLayoutFreeBuffers())  # CPU weight prepacking
                 mod = tvm.transform.Sequential(passes)(mod)
@@ -245,44 +273,43 @@ class TvmBackend(_TvmBase):
                 info["retuned"] = True
             budget_done = int(state.meta.get("trials_budget", 0)) if state.usable else 0
             needed = max(trials - budget_done, 0)
-            per_task = int(cap) if cap else max(1, math.ceil(needed / max(len(tasks), 1)))
+            budget = TuningBudget(trials=needed, minutes=minutes, trials_per_task=int(cap) if cap else None)
+            search = SearchSettings.for_budget(budget, len(tasks))
             scratch = ctx.work_dir / "tuning"
             store.copy_into(scratch)  # continue from existing records, never edit them in place
             records_before = state.records
+            outcome = None
             with ctx.phase("tune"):
                 if needed > 0 and tasks:
-                    ms.relax_integration.tune_relax(
-                        mod,
-                        params={},
-                        target=target,
-                        work_dir=str(scratch),
-                        max_trials_global=needed,
-                        max_trials_per_task=per_task,
-                        num_trials_per_iter=max(1, min(64, per_task)),
-                        # 2 cores: the 30 s default build timeout expired on real tasks
-                        builder=ms.builder.LocalBuilder(timeout_sec=120, initializer=tvm_inspect.install),
-                        seed=int(ctx.options.get("seed", 0)),
-                    )
-            tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if needed > 0 and tasks else 0.0)
-            if needed > 0 and tasks:
+                    outcome = tvm_tuning.tune(mod, target, str(scratch), budget, search,
+                                              seed=int(ctx.options.get("seed", 0)), initializer=tvm_inspect.install)
+            tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if outcome else 0.0)
+            if outcome:
                 store.commit(scratch, {
                     "trials_budget": budget_done + needed,
                     "tasks": len(tasks),
                     "task_names": info["task_names"],
                     "workload": ctx.workload_name,
                     "tuning_s": tuning_s,
+                    "stopped_by": outcome.stopped_by,
                 })
             after = store.inspect()
             info.update(
                 # Wall seconds of all the tuning that produced the log in use (this run's
                 # and earlier runs'); None for a log tuned before dlcompare recorded it.
                 tuning_s_total=tuning_s,
-                reused=needed == 0 and state.usable,
+                reused=outcome is None and state.usable,
                 trials_budget_in_log=int(after.meta.get("trials_budget", 0)),
                 trials_in_log=after.records,
                 trials_measured=max(after.records - records_before, 0),
-                trials_per_task_cap=per_task if needed else None,
+                trials_per_task_cap=budget.trials_per_task,
+                minutes_budget=minutes,
+                stopped_by=outcome.stopped_by if outcome else None,
+                search_settings=outcome.settings if outcome else None,
                 history=store.history() if after.usable else [],
+                # MetaSchedule's own profiler: seconds per step of the search, this run only
+                profile=outcome.profile if outcome else {},
+                curve=outcome.curve if outcome else [],
             )
             database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
         with ctx.phase("build"):
@@ -298,6 +325,7 @@ class TvmBackend(_TvmBase):
                         relax.transform.LiftTransformParams(),
                         relax.transform.FoldConstant(),
                     ])(mod)
+                mod = self.cpu_default_schedules(mod, target, ctx)  # any function without a record
             executable = tvm.compile(mod, target=target)
         ctx.info["tuning"] = info
         ctx.tuning_s = info["tuning_s_total"]
@@ -305,6 +333,45 @@ class TvmBackend(_TvmBase):
         ctx.info["cache_result"] = "hit" if info["reused"] else "miss"
         ctx.info["cache_evidence"] = {"tuning_records_reused": info["reused"], "trials_in_log": info["trials_in_log"]}
         return self.load(executable, ctx)
+
+
+def math_passes(ctx: CompileContext) -> list:
+    """TVM's FastMathTransform (exp, tanh, erf and softmax as vectorizable polynomials)
+    unless ``--tvm-fast-math off``. Without it, LLVM emits scalar libm calls (expf,
+    logf, sincosf, erff) that keep pointwise kernels from vectorizing; on the paper's
+    workloads it gave the same float64 error as the exact path (docs/tvm-tuning.md)."""
+    from tvm import relax
+
+    return [relax.transform.FastMathTransform()] if fast_math_on(ctx) else []
+
+
+def fast_math_on(ctx: CompileContext) -> bool:
+    return ctx.options.get("tvm_fast_math", "on") != "off"
+
+
+def default_schedules_on(ctx: CompileContext) -> bool:
+    return ctx.options.get("tvm_default_schedules", "on") != "off"
+
+
+def canonicalize_negative_indices(exported) -> int:
+    """Rewrite ``aten.select`` with a negative index (``x[:, -1]``) to its positive
+    equivalent, in place; returns how many were rewritten. TVM 0.27's PyTorch frontend
+    miscompiles the negative form (GPT-2's next-token logits came out non-finite);
+    tests/test_tvm.py keeps a reproducer that tells when upstream fixes it."""
+    import torch
+
+    rewritten = 0
+    for node in exported.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.select.int:
+            continue
+        source, dim, index = node.args
+        size = source.meta["val"].shape[dim] if "val" in source.meta else None
+        if isinstance(index, int) and index < 0 and isinstance(size, int):
+            node.args = (source, dim, index + size)
+            rewritten += 1
+    if rewritten:
+        exported.graph_module.recompile()
+    return rewritten
 
 
 def _tuning_seconds(state, tuned_now_s: float) -> float | None:

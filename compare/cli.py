@@ -117,10 +117,19 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--inductor-freezing", choices=("on", "off"), default="on",
                         help="Inductor's freezing (weights as constants, folded and prepacked), which PyTorch "
                              "advises for CPU inference (default on)")
-    parser.add_argument("--tvm-trials", type=_positive_int, default=64, metavar="N",
-                     help="MetaSchedule trial budget per workload (default 64)")
+    parser.add_argument("--tvm-trials", type=_positive_int, default=256, metavar="N",
+                     help="MetaSchedule trial budget per workload (default 256)")
     parser.add_argument("--tvm-trials-per-task", type=_positive_int, default=None, metavar="N",
-                     help="cap per tuning task (default: the budget spread evenly over the tasks)")
+                     help="even cap per tuning task (default none: MetaSchedule's task scheduler shares the budget)")
+    parser.add_argument("--tvm-tune-minutes", type=_positive_float, default=5.0, metavar="M",
+                        help="wall-clock tuning budget per workload; tuning stops at the trial or the time budget, "
+                             "whichever comes first (default 5)")
+    parser.add_argument("--tvm-default-schedules", choices=("on", "off"), default="on",
+                        help="give every TVM kernel without a tuning record dlight's CPU schedule or a "
+                             "parallel-and-vectorize fallback (default on; off: the naked loop nests)")
+    parser.add_argument("--tvm-fast-math", choices=("on", "off"), default="on",
+                        help="TVM's FastMathTransform: exp, tanh, erf and softmax as vectorizable "
+                             "approximations instead of scalar libm calls (default on; off: the exact path)")
     parser.add_argument("--retune", action="store_true", help="discard stored TVM tuning logs and tune again")
     parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
@@ -365,7 +374,9 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
                 "sample_warmup": args.sample_warmup == "on"},
         options={"inductor_mode": args.inductor_mode, "inductor_freezing": args.inductor_freezing == "on",
                  "tvm_trials": args.tvm_trials, "cuda_arch": args.cuda_arch,
-                 "tvm_trials_per_task": args.tvm_trials_per_task, "retune": args.retune, "seed": args.seed},
+                 "tvm_trials_per_task": args.tvm_trials_per_task, "tvm_tune_minutes": args.tvm_tune_minutes,
+                 "tvm_default_schedules": args.tvm_default_schedules, "tvm_fast_math": args.tvm_fast_math,
+                 "retune": args.retune, "seed": args.seed},
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
         processes=args.processes,

@@ -144,8 +144,12 @@ def fmt_status(cell: Cell) -> str:
     tuning = cell.info.get("tuning") if isinstance(cell.info, dict) else None
     if tuning:
         spent = f", {cell.tuning_s:.0f} s of tuning" if cell.tuning_s is not None else ""
+        stopped = ", time budget reached" if tuning.get("stopped_by") == "time" else ""
         notes.append(("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
-                     + f" of {tuning.get('trials_requested')}{spent}")
+                     + f" of {tuning.get('trials_requested')}{spent}{stopped}")
+    naked = cell.info.get("unscheduled_functions") if isinstance(cell.info, dict) else None
+    if naked:
+        notes.append(f"{len(naked)} unscheduled kernel(s)")
     return cell.status + (f" ({', '.join(notes)})" if notes else "")
 
 
@@ -260,7 +264,12 @@ def conditions_line(results: RunResults) -> str:
             f"thread spin {cfg.get('thread_spin', 'default')}; "
             f"{cfg.get('processes', 1)} worker process(es) per cell"
             f" ({reference_processes(results)} for the reference); cache {cache}; "
-            f"TVM budget {cfg.get('options', {}).get('tvm_trials', '-')} trials")
+            f"TVM budget {tvm_budget(cfg.get('options', {}))}")
+
+
+def tvm_budget(options: dict) -> str:
+    minutes = options.get("tvm_tune_minutes")
+    return f"{options.get('tvm_trials', '-')} trials" + (f" or {minutes:g} min per workload" if minutes else "")
 
 
 def reference_line(results: RunResults) -> str | None:

@@ -21,7 +21,9 @@ def _tvm_cell(out):
 def tuned(tmp_path_factory):
     base = tmp_path_factory.mktemp("tvm")
     logs = base / "logs"
-    first = run_cli("--backends", "tvm-untuned,tvm", *COMMON, "--tuning-logs", logs, "--output-dir", base / "r1")
+    # 16 trials in rounds of 8, and a time budget that runs out in the first round
+    first = run_cli("--backends", "tvm-untuned,tvm", *COMMON, "--tvm-trials", "16", "--tvm-tune-minutes", "0.01",
+                    "--tuning-logs", logs, "--output-dir", base / "r1")
     assert first.returncode == 0, first.stdout + first.stderr
     second = run_cli("--backends", "tvm", *COMMON, "--tuning-logs", logs, "--output-dir", base / "r2")
     assert second.returncode == 0, second.stdout + second.stderr
@@ -43,12 +45,35 @@ def test_first_run_tunes_and_writes_keyed_logs(tuned):
     assert tuning["history"] and all(h["trials"] > 0 for h in tuning["history"])
     # the tuning's wall time is kept with the log and counted in the break-even
     assert cell["tuning_s"] == pytest.approx(cell["compile_phases"]["tune"])
-    assert cell["settings"]["tvm_trials"] == 4
+    assert cell["settings"]["tvm_trials"] == 16 and cell["settings"]["tvm_tune_minutes"] == 0.01
     # MetaSchedule's builder and runner are child processes: the compile peak counts them
     assert cell["compile_children_peak_mb"] > 0
     untuned = next(c for c in load_results(base / "r1")["cells"] if c["backend"] == "tvm-untuned")
     assert untuned["status"] == "ok" and untuned["numerics_ok"] is True
     assert "tune" not in untuned["compile_phases"]
+
+
+def test_time_budget_stops_tuning_and_is_reported(tuned):
+    base, _ = tuned
+    cell = _tvm_cell(base / "r1")
+    tuning = cell["info"]["tuning"]
+    assert tuning["stopped_by"] == "time" and 0 < tuning["trials_measured"] < 16
+    assert "time budget reached" in (base / "r1" / "summary.md").read_text()
+    # one tuning-curve point per round, and MetaSchedule's own profile of where the time went
+    assert tuning["curve"] and tuning["curve"][-1]["trials"] == tuning["trials_measured"]
+    assert tuning["curve"][-1]["estimated_ms"] > 0
+    assert {"Total", "SendToBuilder", "SendToRunner"} <= set(tuning["profile"])
+    assert tuning["search_settings"]["trials_per_round"] == 8
+
+
+def test_every_kernel_has_a_schedule(tuned):
+    base, _ = tuned
+    cells = {c["backend"]: c for c in load_results(base / "r1")["cells"]}
+    assert cells["tvm"]["info"]["unscheduled_functions"] == []
+    # untuned TVM is TVM's default CPU pipeline plus schedules, not naked loop nests
+    untuned = cells["tvm-untuned"]
+    assert untuned["info"]["unscheduled_functions"] == [] and untuned["info"]["default_scheduled"]
+    assert "dlight" in untuned["settings"]["default_schedules"] and "FastMath" in untuned["settings"]["math"]
 
 
 def test_second_run_reuses_the_log(tuned):

@@ -1,0 +1,197 @@
+"""How dlcompare runs MetaSchedule: a trial budget and a time budget, shared across
+tasks by MetaSchedule's own gradient task scheduler, with search rounds sized to the
+budget and a builder pool that is not restarted every round.
+
+Measured on a 2-core Zen 3 VM, MLP at the default size, 64 trials (docs/tvm-tuning.md):
+with TVM's defaults, building took 40 % of the tuning time, mostly new builder processes
+that each import TVM; running candidates 21 % (every candidate timed for >= 100 ms); the
+evolutionary search over a 512-program population 20 %.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class TuningBudget:
+    """What the user asked for: trials (global), minutes (wall clock, None = no limit),
+    and an optional even cap per task (None: the task scheduler decides)."""
+    trials: int
+    minutes: float | None = None
+    trials_per_task: int | None = None
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """MetaSchedule's knobs, recorded in the cell."""
+    trials_per_round: int
+    population: int
+    genetic_iters: int
+    init_min_unmeasured: int
+    evaluator_number: int
+    evaluator_min_repeat_ms: int
+    builder_restart_rounds: int  # a fresh builder pool every N rounds (TVM: every round, for a leak)
+    cost_model_warmup_samples: int  # XGBoost predicts at random until it has this many samples
+
+    @staticmethod
+    def for_budget(budget: TuningBudget, tasks: int) -> "SearchSettings":
+        """Rounds small enough that every task gets several, and a population a few times
+        the round size: the search cost then scales with the budget, not with TVM's
+        defaults (64 per round, population 512)."""
+        per_task = budget.trials / max(tasks, 1)
+        per_round = int(min(32, max(8, 2 ** round(math.log2(max(per_task / 2, 1))))))
+        return SearchSettings(trials_per_round=per_round, population=max(64, 4 * per_round), genetic_iters=3,
+                              init_min_unmeasured=min(50, 2 * per_round), evaluator_number=1,
+                              evaluator_min_repeat_ms=40, builder_restart_rounds=16,
+                              cost_model_warmup_samples=min(100, max(32, budget.trials // 4)))
+
+
+@dataclass(frozen=True)
+class TuningOutcome:
+    """What a tuning run did: wall seconds, why it stopped, MetaSchedule's profile, and
+    the tuning curve (one point per search round)."""
+    seconds: float
+    stopped_by: str  # "trials" or "time"
+    profile: dict[str, float]
+    settings: dict[str, Any]
+    curve: list[dict[str, float | None]]
+
+
+def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: SearchSettings,
+         seed: int, initializer: Callable[[], None] | None = None) -> TuningOutcome:
+    from tvm.s_tir import meta_schedule as ms
+
+    monitor = RoundMonitor.create(budget.minutes)
+    start = time.perf_counter()
+    with ms.Profiler() as profiler:
+        ms.relax_integration.tune_relax(
+            mod, params={}, target=target, work_dir=work_dir,
+            max_trials_global=budget.trials,
+            max_trials_per_task=budget.trials_per_task or budget.trials,
+            num_trials_per_iter=settings.trials_per_round,
+            builder=PooledBuilder.create(timeout_sec=120, initializer=initializer,
+                                         restart_rounds=settings.builder_restart_rounds),
+            runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
+                number=settings.evaluator_number, repeat=1, min_repeat_ms=settings.evaluator_min_repeat_ms)),
+            cost_model=ms.cost_model.XGBModel(num_warmup_samples=settings.cost_model_warmup_samples,
+                                              num_tuning_cores=int(target.attrs["num-cores"])),
+            strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=settings.population, genetic_num_iters=settings.genetic_iters,
+                init_min_unmeasured=settings.init_min_unmeasured),
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
+            seed=seed)
+    return TuningOutcome(seconds=time.perf_counter() - start,
+                         stopped_by="time" if monitor.fired else "trials",
+                         profile={k: round(float(v), 3) for k, v in profiler.get().items()},
+                         settings=asdict(settings), curve=list(monitor.curve))
+
+
+FAILED_MS = 1e8  # MetaSchedule records a failed candidate with a huge latency
+
+
+def estimated_latency_ms(weights: list[float], best_ms: list[float | None]) -> float | None:
+    """The model's latency as MetaSchedule estimates it: the sum over tasks of
+    calls x best kernel time measured so far; None until every task has one."""
+    if any(best is None for best in best_ms):
+        return None
+    return sum(w * b for w, b in zip(weights, best_ms))
+
+
+def round_best_ms(runner_results) -> float | None:
+    """The best kernel time (ms) among one round's successful candidates."""
+    measured = [1e3 * sum(float(x) for x in r.run_secs) / len(r.run_secs)
+                for r in runner_results if r.error_msg is None and r.run_secs]
+    measured = [x for x in measured if x < FAILED_MS]
+    return min(measured) if measured else None
+
+
+class RoundMonitor:
+    """A measure callback, run after every search round: records a tuning-curve point
+    (seconds, trials, estimated latency) and ends every task once the time budget is
+    spent (so the round under way finishes)."""
+
+    @staticmethod
+    def create(minutes: float | None):
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+        @derived_object
+        class _RoundMonitor(PyMeasureCallback):
+            def __init__(self):
+                super().__init__()
+                self.start = time.monotonic()
+                self.deadline = None if minutes is None else self.start + 60.0 * minutes
+                self.fired, self.curve, self.trials, self.best = False, [], 0, {}
+
+            def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results) -> None:
+                tasks = list(task_scheduler.tasks_)
+                self.trials += len(runner_results)
+                best_now = round_best_ms(runner_results)
+                if best_now is not None:
+                    self.best[task_id] = min(best_now, self.best.get(task_id, best_now))
+                estimate = estimated_latency_ms([float(t.task_weight) for t in tasks],
+                                                [self.best.get(i) for i in range(len(tasks))])
+                self.curve.append({"s": round(time.monotonic() - self.start, 2), "trials": self.trials,
+                                   "estimated_ms": None if estimate is None else float(f"{estimate:.4g}")})
+                if self.deadline is None or time.monotonic() < self.deadline:
+                    return
+                self.fired = True
+                for index, task in enumerate(tasks):
+                    if not task.is_terminated:
+                        task_scheduler.terminate_task(index)
+
+        return _RoundMonitor()
+
+
+class PooledBuilder:
+    """MetaSchedule's LocalBuilder with one process pool kept across rounds: TVM starts a
+    fresh pool every round (against a leak in long-lived workers), and each new worker
+    pays for importing TVM. Here the pool is renewed every ``restart_rounds`` rounds."""
+
+    @staticmethod
+    def create(timeout_sec: float, initializer, restart_rounds: int):
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+        from tvm.s_tir.meta_schedule.builder import local_builder
+        from tvm.s_tir.meta_schedule.utils import cpu_count
+        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+        @derived_object
+        class _PooledBuilder(PyBuilder):
+            def __init__(self):
+                super().__init__()
+                self.pool, self.rounds = self._start(), 0
+
+            @staticmethod
+            def _start():
+                """A new pool whose workers start importing TVM now, while the caller
+                goes on (the runner's worker imports it at the same time)."""
+                workers = cpu_count(logical=True)
+                pool = PopenPoolExecutor(max_workers=workers, timeout=timeout_sec, initializer=initializer)
+                for _ in range(workers):
+                    pool.submit(int)
+                return pool
+
+            def _pool(self):
+                if self.rounds and self.rounds % restart_rounds == 0:
+                    self.pool.shutdown()
+                    self.pool = self._start()
+                self.rounds += 1
+                return self.pool
+
+            def build(self, build_inputs):
+                jobs = [(None, None, b.mod, b.target, local_builder._serialize_params(b.params)) for b in build_inputs]
+                results = []
+                for done in self._pool().map_with_error_catching(lambda job: local_builder._worker_func(*job), jobs):
+                    if done.status == StatusKind.COMPLETE:
+                        results.append(BuilderResult(done.value, None))
+                    elif done.status == StatusKind.TIMEOUT:
+                        results.append(BuilderResult(None, f"PooledBuilder: timeout, killed after {timeout_sec} s"))
+                    else:
+                        results.append(BuilderResult(None, f"PooledBuilder: an exception occurred\n{done.value}"))
+                return results
+
+        return _PooledBuilder()
