@@ -138,29 +138,43 @@ def plot_amortization(results: RunResults) -> str | None:
 
 
 def plot_tuning_curves(results: RunResults) -> str | None:
-    cells = [c for c in results.cells if isinstance(c.info, dict) and (c.info.get("tuning") or {}).get("history")]
+    """Per tuned cell, MetaSchedule's estimate of the model's latency (calls x best kernel
+    time, summed over tasks) against trials and against seconds, with eager's and the
+    best backend's measured latencies as lines, and the tuned build's own as a dot."""
+    cells = [c for c in results.cells if isinstance(c.info, dict) and (c.info.get("tuning") or {}).get("curve")]
     if not cells:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3), squeeze=False)
-    for ax, c in zip(axes.flat, cells):
-        names = c.info["tuning"].get("task_names", [])
-        for task in c.info["tuning"]["history"]:
-            best, curve = math.inf, []
-            for run in task["run_ms"]:
-                if run is not None:
-                    best = min(best, run)
-                curve.append(best if best < math.inf else None)
-            label = names[task["task"]] if task["task"] < len(names) else f"task {task['task']}"
-            ax.plot(range(1, len(curve) + 1), curve, marker=".", label=label[:28])
-        ax.set_yscale("log")
-        ax.set_xlabel("trials measured")
-        ax.set_ylabel("best ms found")
-        ax.set_title(f"{c.label} / {c.backend}", fontsize=9)
-        ax.legend(fontsize=5)
-    fig.suptitle("TVM MetaSchedule: best latency vs trials, per task")
+    fig, axes = plt.subplots(len(cells), 2, figsize=(9, 2.8 * len(cells)), squeeze=False)
+    for (by_trials, by_seconds), c in zip(axes, cells):
+        points = [p for p in c.info["tuning"]["curve"] if p.get("estimated_ms")]
+        for ax, key, xlabel in ((by_trials, "trials", "trials measured"), (by_seconds, "s", "tuning seconds")):
+            ax.plot([p[key] for p in points], [p["estimated_ms"] for p in points], marker=".",
+                    label="MetaSchedule estimate (kernels only)")
+            _reference_lines(ax, results, c, points[-1][key] if points else None)
+            ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("ms per call")
+            ax.set_title(f"{c.label} / {c.backend}", fontsize=9)
+            ax.legend(fontsize=5)
+    fig.suptitle("TVM MetaSchedule: best latency found vs trials and vs seconds")
     fig.tight_layout()
     return _figure_to_data_uri(fig)
+
+
+def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
+    """Eager's and the best backend's latencies for the cell's workload, and the tuned
+    build's measured latency at the end of its curve."""
+    peers = [c for c in _ok_cells(results) if (c.label, c.size, c.device) == (cell.label, cell.size, cell.device)]
+    eager = next((c for c in peers if c.backend == "eager"), None)
+    others = [c for c in peers if c.backend not in ("eager", cell.backend)]
+    if eager is not None:
+        ax.axhline(eager.latency_ms.median, color="black", linestyle="--", linewidth=0.8, label="eager")
+    if others:
+        best = min(others, key=lambda c: c.latency_ms.median)
+        ax.axhline(best.latency_ms.median, color="green", linestyle=":", linewidth=0.8, label=f"best other: {best.backend}")
+    if cell.latency_ms is not None and x_end is not None:
+        ax.plot([x_end], [cell.latency_ms.median], "o", color="red", label=f"{cell.backend} measured")
 
 
 def plot_dynamic(results: RunResults) -> str | None:

@@ -160,3 +160,27 @@ def test_report_opens_in_headless_chromium(small_report, tmp_path):
 
     pixels = mpimg.imread(str(shot))
     assert pixels.shape[0] > 100 and float(pixels[..., :3].std()) > 0.01  # not blank
+
+
+def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
+    from compare import html_report
+
+    run = _run({("mlp", "eager"): [10.0] * 5, ("mlp", "ort"): [6.0] * 5, ("mlp", "tvm"): [8.0] * 5}, "r")
+    tvm = next(c for c in run.cells if c.backend == "tvm")
+    tvm.info = {"tuning": {"curve": [{"s": 5.0, "trials": 8, "estimated_ms": None},
+                                     {"s": 9.0, "trials": 16, "estimated_ms": 12.0},
+                                     {"s": 14.0, "trials": 24, "estimated_ms": 7.5}]}}
+    drawn = {}
+
+    def keep(fig):
+        drawn["axes"] = fig.axes
+        return "data:image/png;base64,"
+    monkeypatch.setattr(html_report, "_figure_to_data_uri", keep)
+    assert html_report.plot_tuning_curves(run)
+    by_trials, by_seconds = drawn["axes"]
+    assert by_trials.get_xlabel() == "trials measured" and by_seconds.get_xlabel() == "tuning seconds"
+    lines = {line.get_label(): line for line in by_trials.get_lines()}
+    assert list(lines["MetaSchedule estimate (kernels only)"].get_xdata()) == [16, 24]
+    assert list(lines["eager"].get_ydata()) == [10.0, 10.0]
+    assert list(lines["best other: ort"].get_ydata()) == [6.0, 6.0]
+    assert list(lines["tvm measured"].get_xdata()) == [24]
