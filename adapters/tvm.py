@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -71,7 +70,7 @@ class _TvmBase(Backend):
                 "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"),
                 "default_schedules": ("dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback"
                                       if default_schedules_on(ctx) else "off (naked loop nests)"),
-                "math": ("FastMathTransform (exp, tanh, erf, softmax approximated)" if fast_math_on(ctx) and ctx.device != "cuda"
+                "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)" if fast_math_on(ctx) and ctx.device != "cuda"
                          else "exact (libm calls)")}
 
     def required_modules(self) -> tuple[str, ...]:
@@ -219,114 +218,17 @@ class TvmBackend(_TvmBase):
             "this experiment's budget; see tvm-untuned for TVM's specialize vs symbolic figures")
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
-        import tvm
-        import tvm_ffi
-        from tvm import relax
-        from tvm.s_tir import meta_schedule as ms
-
-        from . import tvm_inspect, tvm_tuning
-        from .tvm_tuning import SearchSettings, TuningBudget
+        from . import tvm_inspect
 
         tvm_inspect.install()
-
-        trials = int(ctx.options.get("tvm_trials", DEFAULT_TRIALS))
-        minutes = ctx.options.get("tvm_tune_minutes", DEFAULT_TUNE_MINUTES)
-        cap = ctx.options.get("tvm_trials_per_task")
-        retune = bool(ctx.options.get("retune", False))
-
         mod = self.import_relax(module, example_inputs, ctx)
-        gpu = ctx.device == "cuda"
-        if gpu:
-            target, arch = self.cuda_target(ctx)
-            target_info = {"kind": "cuda", "arch": arch, "tvm": tvm.__version__}
-            tkey = target_key("cuda", ctx.threads, {"tvm": tvm.__version__}, cpu=f"cuda-{arch}")
-        else:
-            target, mcpu = self.host_target(ctx.threads)
-            target_info = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads, "tvm": tvm.__version__}
-            tkey = target_key("cpu", ctx.threads, {"tvm": tvm.__version__}, cpu=f"llvm-{mcpu}")
+        target, target_info, tkey = self.tuning_target(ctx)
         with ctx.phase("build"):
-            with target:
-                passes = [*([] if gpu else math_passes(ctx)), relax.transform.DecomposeOpsForInference(),
-                          relax.transform.CanonicalizeBindings(), relax.pipeline.zero_pipeline()]
-                if not gpu:
-                    passes.append(relax.transform.AttachAttrLayoutFreeBuffers())  # CPU weight prepacking
-                mod = tvm.transform.Sequential(passes)(mod)
-            tasks = ms.relax_integration.extract_tasks(mod, target)
-        module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
-        log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
-        store = TuningLogStore(log_dir, tkey, f"{ctx.workload_key}-{module_hash}")
-        info: dict[str, Any] = {
-            "target": target_info,
-            "target_key": tkey,
-            "log_dir": str(log_dir),
-            "tasks": len(tasks),
-            "task_names": [t.task_name for t in tasks],
-            "trials_requested": trials,
-        }
-        with store.lock():  # held through tune + commit: a concurrent run waits, then reuses
-            state = store.inspect()
-            if state.warning:
-                info["tuning_log_warning"] = state.warning
-            if retune and state.usable:
-                store.clear()
-                state = store.inspect()
-                info["retuned"] = True
-            budget_done = int(state.meta.get("trials_budget", 0)) if state.usable else 0
-            needed = max(trials - budget_done, 0)
-            budget = TuningBudget(trials=needed, minutes=minutes, trials_per_task=int(cap) if cap else None)
-            search = SearchSettings.for_budget(budget, len(tasks))
-            scratch = ctx.work_dir / "tuning"
-            store.copy_into(scratch)  # continue from existing records, never edit them in place
-            records_before = state.records
-            outcome = None
-            with ctx.phase("tune"):
-                if needed > 0 and tasks:
-                    outcome = tvm_tuning.tune(mod, target, str(scratch), budget, search,
-                                              seed=int(ctx.options.get("seed", 0)), initializer=tvm_inspect.install)
-            tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if outcome else 0.0)
-            if outcome:
-                store.commit(scratch, {
-                    "trials_budget": budget_done + needed,
-                    "tasks": len(tasks),
-                    "task_names": info["task_names"],
-                    "workload": ctx.workload_name,
-                    "tuning_s": tuning_s,
-                    "stopped_by": outcome.stopped_by,
-                })
-            after = store.inspect()
-            info.update(
-                # Wall seconds of all the tuning that produced the log in use (this run's
-                # and earlier runs'); None for a log tuned before dlcompare recorded it.
-                tuning_s_total=tuning_s,
-                reused=outcome is None and state.usable,
-                trials_budget_in_log=int(after.meta.get("trials_budget", 0)),
-                trials_in_log=after.records,
-                trials_measured=max(after.records - records_before, 0),
-                trials_per_task_cap=budget.trials_per_task,
-                minutes_budget=minutes,
-                stopped_by=outcome.stopped_by if outcome else None,
-                search_settings=outcome.settings if outcome else None,
-                history=store.history() if after.usable else [],
-                # MetaSchedule's own profiler: seconds per step of the search, this run only
-                profile=outcome.profile if outcome else {},
-                curve=outcome.curve if outcome else [],
-            )
-            database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
+            mod, tasks = self.prepare_for_tuning(mod, target, ctx)
+        info, database = self.tune_or_reuse(mod, tasks, target, tkey, ctx)
+        info["target"] = target_info
         with ctx.phase("build"):
-            if database is not None:
-                with target, database:
-                    mod = relax.transform.MetaScheduleApplyDatabase()(mod)
-            if gpu:
-                mod = self.gpu_default_schedules(mod, target)  # any task without a record
-            else:
-                with target:
-                    mod = tvm.transform.Sequential([
-                        relax.transform.SplitLayoutRewritePreproc(),
-                        relax.transform.LiftTransformParams(),
-                        relax.transform.FoldConstant(),
-                    ])(mod)
-                mod = self.cpu_default_schedules(mod, target, ctx)  # any function without a record
-            executable = tvm.compile(mod, target=target)
+            executable = self.build_tuned(mod, database, target, ctx)
         ctx.info["tuning"] = info
         ctx.tuning_s = info["tuning_s_total"]
         # "hit" here means: the tuning records were reused, no search ran.
@@ -334,15 +236,128 @@ class TvmBackend(_TvmBase):
         ctx.info["cache_evidence"] = {"tuning_records_reused": info["reused"], "trials_in_log": info["trials_in_log"]}
         return self.load(executable, ctx)
 
+    def tuning_target(self, ctx: CompileContext):
+        """The target, what the cell records of it, and the key its tuning logs live under."""
+        import tvm
+
+        if ctx.device == "cuda":
+            target, arch = self.cuda_target(ctx)
+            return (target, {"kind": "cuda", "arch": arch, "tvm": tvm.__version__},
+                    target_key("cuda", ctx.threads, {"tvm": tvm.__version__}, cpu=f"cuda-{arch}"))
+        target, mcpu = self.host_target(ctx.threads)
+        return (target, {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads, "tvm": tvm.__version__},
+                target_key("cpu", ctx.threads, {"tvm": tvm.__version__}, cpu=f"llvm-{mcpu}"))
+
+    @staticmethod
+    def prepare_for_tuning(mod, target, ctx: CompileContext):
+        """TVM's static-shape tuning pipeline up to the tuner, and the tasks it extracts."""
+        import tvm
+        from tvm import relax
+        from tvm.s_tir import meta_schedule as ms
+
+        gpu = ctx.device == "cuda"
+        with target:
+            passes = [*([] if gpu else math_passes(ctx)), relax.transform.DecomposeOpsForInference(),
+                      relax.transform.CanonicalizeBindings(), relax.pipeline.zero_pipeline()]
+            if not gpu:
+                passes.append(relax.transform.AttachAttrLayoutFreeBuffers())  # CPU weight prepacking
+            mod = tvm.transform.Sequential(passes)(mod)
+        return mod, ms.relax_integration.extract_tasks(mod, target)
+
+    def tune_or_reuse(self, mod, tasks, target, tkey: str, ctx: CompileContext):
+        """Tune what the stored log lacks of the budget (under the log's lock), commit it,
+        and return the cell's tuning record and the database to apply (None: no records)."""
+        import tvm_ffi
+        from tvm.s_tir import meta_schedule as ms
+
+        from . import tvm_inspect, tvm_tuning
+        from .tvm_tuning import SearchSettings, TuningBudget
+
+        trials = int(ctx.options.get("tvm_trials", DEFAULT_TRIALS))
+        cap = ctx.options.get("tvm_trials_per_task")
+        module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
+        log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
+        store = TuningLogStore(log_dir, tkey, f"{ctx.workload_key}-{module_hash}")
+        info: dict[str, Any] = {"target_key": tkey, "log_dir": str(log_dir), "tasks": len(tasks),
+                                "task_names": [t.task_name for t in tasks], "trials_requested": trials}
+        with store.lock():  # held through tune + commit: a concurrent run waits, then reuses
+            state = store.inspect()
+            if state.warning:
+                info["tuning_log_warning"] = state.warning
+            if ctx.options.get("retune") and state.usable:
+                store.clear()
+                state = store.inspect()
+                info["retuned"] = True
+            budget_done = int(state.meta.get("trials_budget", 0)) if state.usable else 0
+            budget = TuningBudget(trials=max(trials - budget_done, 0),
+                                  minutes=ctx.options.get("tvm_tune_minutes", DEFAULT_TUNE_MINUTES),
+                                  trials_per_task=int(cap) if cap else None)
+            scratch = ctx.work_dir / "tuning"
+            store.copy_into(scratch)  # continue from existing records, never edit them in place
+            outcome = None
+            with ctx.phase("tune"):
+                if budget.trials > 0 and tasks:
+                    outcome = tvm_tuning.tune(mod, target, str(scratch), budget,
+                                              SearchSettings.for_budget(budget, len(tasks)),
+                                              seed=int(ctx.options.get("seed", 0)), initializer=tvm_inspect.install)
+            tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if outcome else 0.0)
+            if outcome:
+                store.commit(scratch, {"trials_budget": budget_done + budget.trials, "tasks": len(tasks),
+                                       "task_names": info["task_names"], "workload": ctx.workload_name,
+                                       "tuning_s": tuning_s, "stopped_by": outcome.stopped_by})
+            after = store.inspect()
+            info.update(_tuning_record(state, after, outcome, budget, tuning_s, store))
+            database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
+        return info, database
+
+    def build_tuned(self, mod, database, target, ctx: CompileContext):
+        """Apply the tuning records, give every other kernel a default schedule, compile."""
+        import tvm
+        from tvm import relax
+
+        if database is not None:
+            with target, database:
+                mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        if ctx.device == "cuda":
+            mod = self.gpu_default_schedules(mod, target)  # any task without a record
+        else:
+            with target:
+                mod = tvm.transform.Sequential([
+                    relax.transform.SplitLayoutRewritePreproc(),
+                    relax.transform.LiftTransformParams(),
+                    relax.transform.FoldConstant(),
+                ])(mod)
+            mod = self.cpu_default_schedules(mod, target, ctx)  # any function without a record
+        return tvm.compile(mod, target=target)
+
+
+def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, Any]:
+    """What the cell records of the tuning behind its build (this run's and the log's)."""
+    return {
+        # Wall seconds of all the tuning that produced the log in use (this run's and
+        # earlier runs'); None for a log tuned before dlcompare recorded it.
+        "tuning_s_total": tuning_s,
+        "reused": outcome is None and state.usable,
+        "trials_budget_in_log": int(after.meta.get("trials_budget", 0)),
+        "trials_in_log": after.records,
+        "trials_measured": max(after.records - state.records, 0),
+        "trials_per_task_cap": budget.trials_per_task,
+        "minutes_budget": budget.minutes,
+        "stopped_by": outcome.stopped_by if outcome else None,
+        "search_settings": outcome.settings if outcome else None,
+        "history": store.history() if after.usable else [],
+        # MetaSchedule's own profiler: seconds per step of the search, this run only
+        "profile": outcome.profile if outcome else {},
+        "curve": outcome.curve if outcome else [],
+    }
+
 
 def math_passes(ctx: CompileContext) -> list:
-    """TVM's FastMathTransform (exp, tanh, erf and softmax as vectorizable polynomials)
-    unless ``--tvm-fast-math off``. Without it, LLVM emits scalar libm calls (expf,
-    logf, sincosf, erff) that keep pointwise kernels from vectorizing; on the paper's
-    workloads it gave the same float64 error as the exact path (docs/tvm-tuning.md)."""
-    from tvm import relax
+    """Vectorizable exp, tanh, erf, softmax and GELU unless ``--tvm-fast-math off``
+    (adapters/tvm_math.py)."""
+    from .tvm_math import math_passes as passes
 
-    return [relax.transform.FastMathTransform()] if fast_math_on(ctx) else []
+    return passes(fast_math_on(ctx))
 
 
 def fast_math_on(ctx: CompileContext) -> bool:

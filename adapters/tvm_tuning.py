@@ -9,6 +9,7 @@ evolutionary search over a 512-program population 20 %.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -54,7 +55,7 @@ class TuningOutcome:
     """What a tuning run did: wall seconds, why it stopped, MetaSchedule's profile, and
     the tuning curve (one point per search round)."""
     seconds: float
-    stopped_by: str  # "trials" or "time"
+    stopped_by: str  # "trials", "time" or "space exhausted" (no new candidate in any task)
     profile: dict[str, float]
     settings: dict[str, Any]
     curve: list[dict[str, float | None]]
@@ -66,7 +67,7 @@ def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: S
 
     monitor = RoundMonitor.create(budget.minutes)
     start = time.perf_counter()
-    with ms.Profiler() as profiler:
+    with ms.Profiler() as profiler, _until_time_budget(monitor):
         ms.relax_integration.tune_relax(
             mod, params={}, target=target, work_dir=work_dir,
             max_trials_global=budget.trials,
@@ -84,7 +85,7 @@ def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: S
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
             seed=seed)
     return TuningOutcome(seconds=time.perf_counter() - start,
-                         stopped_by="time" if monitor.fired else "trials",
+                         stopped_by=monitor.stop_reason or "trials",
                          profile={k: round(float(v), 3) for k, v in profiler.get().items()},
                          settings=asdict(settings), curve=list(monitor.curve))
 
@@ -108,10 +109,21 @@ def round_best_ms(runner_results) -> float | None:
     return min(measured) if measured else None
 
 
+@contextlib.contextmanager
+def _until_time_budget(monitor):
+    """Swallow the monitor's stop (it may come back through TVM's FFI as another type)."""
+    try:
+        yield
+    except Exception:  # noqa: BLE001
+        if monitor.stop_reason is None:
+            raise
+
+
 class RoundMonitor:
     """A measure callback, run after every search round: records a tuning-curve point
-    (seconds, trials, estimated latency) and ends every task once the time budget is
-    spent (so the round under way finishes)."""
+    (seconds, trials, estimated latency) and ends the tuning loop, after the rounds in
+    flight are recorded, once the time budget is spent or no task finds a new candidate
+    (MetaSchedule keeps searching an exhausted space: 27 s per empty round here)."""
 
     @staticmethod
     def create(minutes: float | None):
@@ -124,10 +136,19 @@ class RoundMonitor:
                 super().__init__()
                 self.start = time.monotonic()
                 self.deadline = None if minutes is None else self.start + 60.0 * minutes
-                self.fired, self.curve, self.trials, self.best = False, [], 0, {}
+                self.stop_reason, self.curve, self.trials, self.best, self.exhausted = None, [], 0, {}, set()
 
             def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results) -> None:
                 tasks = list(task_scheduler.tasks_)
+                self._record(tasks, task_id, runner_results)
+                if not candidates:
+                    self.exhausted.add(task_id)  # the search found nothing new to measure
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    self._stop(tasks, task_id, "time")
+                elif all(i in self.exhausted or t.is_terminated for i, t in enumerate(tasks)):
+                    self._stop(tasks, task_id, "space exhausted")
+
+            def _record(self, tasks, task_id, runner_results) -> None:
                 self.trials += len(runner_results)
                 best_now = round_best_ms(runner_results)
                 if best_now is not None:
@@ -136,14 +157,21 @@ class RoundMonitor:
                                                 [self.best.get(i) for i in range(len(tasks))])
                 self.curve.append({"s": round(time.monotonic() - self.start, 2), "trials": self.trials,
                                    "estimated_ms": None if estimate is None else float(f"{estimate:.4g}")})
-                if self.deadline is None or time.monotonic() < self.deadline:
-                    return
-                self.fired = True
-                for index, task in enumerate(tasks):
-                    if not task.is_terminated:
-                        task_scheduler.terminate_task(index)
+
+            def _stop(self, tasks, task_id, reason: str) -> None:
+                """End the loop once no other task has a round in flight (its results would
+                be lost). Terminating tasks from here instead crashed the gradient scheduler,
+                which then picked a terminated task. The records are already in the database."""
+                if not any(i != task_id and t.measure_candidates is not None and not t.is_terminated
+                           for i, t in enumerate(tasks)):
+                    self.stop_reason = reason
+                    raise StopTuning(reason)
 
         return _RoundMonitor()
+
+
+class StopTuning(Exception):
+    """Raised from the round monitor to end MetaSchedule's tuning loop."""
 
 
 class PooledBuilder:

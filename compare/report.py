@@ -144,7 +144,8 @@ def fmt_status(cell: Cell) -> str:
     tuning = cell.info.get("tuning") if isinstance(cell.info, dict) else None
     if tuning:
         spent = f", {cell.tuning_s:.0f} s of tuning" if cell.tuning_s is not None else ""
-        stopped = ", time budget reached" if tuning.get("stopped_by") == "time" else ""
+        stopped = {"time": ", time budget reached", "space exhausted": ", search space exhausted"}.get(
+            tuning.get("stopped_by"), "")
         notes.append(("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
                      + f" of {tuning.get('trials_requested')}{spent}{stopped}")
     naked = cell.info.get("unscheduled_functions") if isinstance(cell.info, dict) else None
