@@ -93,12 +93,14 @@ def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: S
 FAILED_MS = 1e8  # MetaSchedule records a failed candidate with a huge latency
 
 
-def estimated_latency_ms(weights: list[float], best_ms: list[float | None]) -> float | None:
-    """The model's latency as MetaSchedule estimates it: the sum over tasks of
-    calls x best kernel time measured so far; None until every task has one."""
-    if any(best is None for best in best_ms):
+def estimated_latency_ms(weights: list[float], best_ms: list[float | None], tried: int) -> float | None:
+    """The model's latency as MetaSchedule estimates it: the sum over tasks of calls x
+    best kernel time measured so far. None until every task has had a round; a task whose
+    candidates all failed (attention's ``take`` ran out of bounds on random indices) is
+    left out, and the curve point counts it."""
+    if tried < len(weights):
         return None
-    return sum(w * b for w, b in zip(weights, best_ms))
+    return sum(w * b for w, b in zip(weights, best_ms) if b is not None)
 
 
 def round_best_ms(runner_results) -> float | None:
@@ -136,7 +138,8 @@ class RoundMonitor:
                 super().__init__()
                 self.start = time.monotonic()
                 self.deadline = None if minutes is None else self.start + 60.0 * minutes
-                self.stop_reason, self.curve, self.trials, self.best, self.exhausted = None, [], 0, {}, set()
+                self.stop_reason, self.curve, self.trials, self.best = None, [], 0, {}
+                self.tried, self.exhausted = set(), set()
 
             def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results) -> None:
                 tasks = list(task_scheduler.tasks_)
@@ -150,13 +153,15 @@ class RoundMonitor:
 
             def _record(self, tasks, task_id, runner_results) -> None:
                 self.trials += len(runner_results)
+                self.tried.add(task_id)
                 best_now = round_best_ms(runner_results)
                 if best_now is not None:
                     self.best[task_id] = min(best_now, self.best.get(task_id, best_now))
                 estimate = estimated_latency_ms([float(t.task_weight) for t in tasks],
-                                                [self.best.get(i) for i in range(len(tasks))])
+                                                [self.best.get(i) for i in range(len(tasks))], len(self.tried))
                 self.curve.append({"s": round(time.monotonic() - self.start, 2), "trials": self.trials,
-                                   "estimated_ms": None if estimate is None else float(f"{estimate:.4g}")})
+                                   "estimated_ms": None if estimate is None else float(f"{estimate:.4g}"),
+                                   "tasks_without_result": len(tasks) - len(self.best)})
 
             def _stop(self, tasks, task_id, reason: str) -> None:
                 """End the loop once no other task has a round in flight (its results would

@@ -18,8 +18,10 @@ def test_rounds_are_sized_to_the_budget(trials, tasks, per_round):
 
 
 def test_the_estimate_waits_for_every_task_then_sums_calls_times_best():
-    assert estimated_latency_ms([1.0, 2.0], [0.5, None]) is None
-    assert estimated_latency_ms([1.0, 2.0], [0.5, 0.25]) == pytest.approx(1.0)
+    assert estimated_latency_ms([1.0, 2.0], [0.5, None], tried=1) is None
+    assert estimated_latency_ms([1.0, 2.0], [0.5, 0.25], tried=2) == pytest.approx(1.0)
+    # a task whose every candidate failed is left out rather than blanking the curve
+    assert estimated_latency_ms([1.0, 2.0, 3.0], [0.5, 0.25, None], tried=3) == pytest.approx(1.0)
 
 
 def test_a_round_best_skips_failed_candidates():
