@@ -128,8 +128,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                         help="give every TVM kernel without a tuning record dlight's CPU schedule or a "
                              "parallel-and-vectorize fallback (default on; off: the naked loop nests)")
     parser.add_argument("--tvm-fast-math", choices=("on", "off"), default="on",
-                        help="TVM's FastMathTransform: exp, tanh, erf and softmax as vectorizable "
-                             "approximations instead of scalar libm calls (default on; off: the exact path)")
+                        help="TVM's fast_erf for GELU and FastMathTransform: exp, tanh, erf, softmax and GELU as "
+                             "vectorizable approximations instead of scalar libm calls (default on; off: exact)")
     parser.add_argument("--retune", action="store_true", help="discard stored TVM tuning logs and tune again")
     parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
