@@ -70,8 +70,8 @@ class _TvmBase(Backend):
                 "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"),
                 "default_schedules": ("dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback"
                                       if default_schedules_on(ctx) else "off (naked loop nests)"),
-                "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)" if fast_math_on(ctx) and ctx.device != "cuda"
-                         else "exact (libm calls)")}
+                "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)"
+                         if fast_math_on(ctx) and ctx.device != "cuda" else "exact (libm calls)")}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("tvm", "tvm_ffi")
@@ -137,14 +137,14 @@ class _TvmBase(Backend):
                                            dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
 
     @staticmethod
-    def cpu_default_schedules(mod, target, ctx: CompileContext, enabled: bool = True):
+    def cpu_default_schedules(mod, target, ctx: CompileContext):
         """dlight's CPU rules and a parallel-and-vectorize fallback for every function
         without a schedule; the cell records which functions were left unscheduled and
         which got a default schedule (``--tvm-default-schedules off`` keeps the naked build)."""
         from .tvm_schedules import default_cpu_schedules, unscheduled
 
         before = unscheduled(mod)
-        if enabled:
+        if default_schedules_on(ctx):
             mod = default_cpu_schedules(mod, target)
         after = unscheduled(mod)
         ctx.info["default_scheduled"] = sorted(set(before) - set(after))
@@ -188,7 +188,7 @@ class TvmUntunedBackend(_TvmBase):
                 ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
                 with target:
                     mod = tvm.transform.Sequential([*math_passes(ctx), relax.pipeline.zero_pipeline()])(mod)
-                mod = self.cpu_default_schedules(mod, target, ctx, enabled=default_schedules_on(ctx))
+                mod = self.cpu_default_schedules(mod, target, ctx)
             return tvm.compile(mod, target=target)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
@@ -372,7 +372,7 @@ def canonicalize_negative_indices(exported) -> int:
     """Rewrite ``aten.select`` with a negative index (``x[:, -1]``) to its positive
     equivalent, in place; returns how many were rewritten. TVM 0.27's PyTorch frontend
     miscompiles the negative form (GPT-2's next-token logits came out non-finite);
-    tests/test_tvm.py keeps a reproducer that tells when upstream fixes it."""
+    tests/test_tvm_lowering.py keeps a reproducer that tells when upstream fixes it."""
     import torch
 
     rewritten = 0

@@ -74,7 +74,8 @@ def default_cpu_schedules(mod: Any, target: Any) -> Any:
     """dlight's CPU rules, then the fallback, on every PrimFunc without a schedule."""
     from tvm.s_tir import dlight as dl
 
-    mod = type(mod)(dict(mod.functions_items()), attrs=mod.attrs, global_infos=mod.global_infos)  # the pass edits its input in place
+    # ApplyDefaultSchedule edits the module it is given: schedule a copy.
+    mod = type(mod)(dict(mod.functions_items()), attrs=mod.attrs, global_infos=mod.global_infos)
     with target:
         return dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction(), _fallback_rule())(mod)
 

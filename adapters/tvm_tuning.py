@@ -52,9 +52,8 @@ class SearchSettings:
 
 @dataclass(frozen=True)
 class TuningOutcome:
-    """What a tuning run did: wall seconds, why it stopped, MetaSchedule's profile, and
-    the tuning curve (one point per search round)."""
-    seconds: float
+    """What a tuning run did: why it stopped, MetaSchedule's profile, and the tuning
+    curve (one point per search round). Its wall time is the cell's ``tune`` phase."""
     stopped_by: str  # "trials", "time" or "space exhausted" (no new candidate in any task)
     profile: dict[str, float]
     settings: dict[str, Any]
@@ -66,7 +65,6 @@ def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: S
     from tvm.s_tir import meta_schedule as ms
 
     monitor = RoundMonitor.create(budget.minutes)
-    start = time.perf_counter()
     with ms.Profiler() as profiler, _until_time_budget(monitor):
         ms.relax_integration.tune_relax(
             mod, params={}, target=target, work_dir=work_dir,
@@ -84,8 +82,7 @@ def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: S
                 init_min_unmeasured=settings.init_min_unmeasured),
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
             seed=seed)
-    return TuningOutcome(seconds=time.perf_counter() - start,
-                         stopped_by=monitor.stop_reason or "trials",
+    return TuningOutcome(stopped_by=monitor.stop_reason or "trials",
                          profile={k: round(float(v), 3) for k, v in profiler.get().items()},
                          settings=asdict(settings), curve=list(monitor.curve))
 
@@ -144,8 +141,10 @@ class RoundMonitor:
             def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results) -> None:
                 tasks = list(task_scheduler.tasks_)
                 self._record(tasks, task_id, runner_results)
-                if not candidates:
-                    self.exhausted.add(task_id)  # the search found nothing new to measure
+                if candidates:
+                    self.exhausted.discard(task_id)
+                else:
+                    self.exhausted.add(task_id)  # its last search found nothing new to measure
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     self._stop(tasks, task_id, "time")
                 elif all(i in self.exhausted or t.is_terminated for i, t in enumerate(tasks)):

@@ -85,3 +85,22 @@ def test_default_schedules_leave_no_function_unscheduled(last_token):
     parallel = [f for _, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "parallel" in str(f)]
     assert parallel, "the fallback runs spatial loops in parallel"
     np.testing.assert_allclose(_run(_relax(module, inputs, canonicalize=True), inputs), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_default_schedules_off_keeps_the_naked_build_and_says_so(last_token):
+    from types import SimpleNamespace
+
+    from tvm import relax
+
+    from adapters.tvm import _TvmBase
+    from adapters.tvm_schedules import unscheduled
+
+    module, inputs, _ = last_token
+    target, _ = _TvmBase.host_target(2)
+    with target:
+        naked = relax.pipeline.zero_pipeline()(_relax(module, inputs, canonicalize=True))
+    for option, left in (("off", unscheduled(naked)), ("on", [])):
+        ctx = SimpleNamespace(options={"tvm_default_schedules": option}, info={})
+        built = _TvmBase.cpu_default_schedules(naked, target, ctx)
+        assert ctx.info["unscheduled_functions"] == left == unscheduled(built)
+        assert ctx.info["default_scheduled"] == sorted(set(unscheduled(naked)) - set(left))
