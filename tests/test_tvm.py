@@ -120,3 +120,13 @@ def test_untuned_agrees_with_eager_on_all_five(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "tvm-untuned"]
     assert len(cells) == 5 and all(c["status"] == "ok" and c["numerics_ok"] for c in cells)
+
+
+@pytest.mark.slow  # a second real tuning
+def test_a_one_program_space_stops_after_its_one_trial(tmp_path):
+    proc = run_cli("--backends", "tvm", *COMMON[:3], "tiny_pointwise", *COMMON[4:], "--tvm-trials", "64",
+                   "--tuning-logs", tmp_path / "logs", "--output-dir", tmp_path / "r")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tuning = _tvm_cell(tmp_path / "r")["info"]["tuning"]
+    assert tuning["stopped_by"] == "space exhausted" and tuning["trials_measured"] == 1
+    assert len(tuning["curve"]) == 1  # no empty search after the one program was measured

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters.tvm_tuning import SearchSettings, TuningBudget, estimated_latency_ms, round_best_ms
+from adapters.tvm_tuning import (SearchSettings, TuningBudget, budget_spent, estimated_latency_ms, fixed_space_size,
+                                 round_best_ms)
 
 
 @pytest.mark.parametrize("trials, tasks, per_round", [(4, 1, 8), (16, 1, 8), (64, 1, 32), (64, 3, 8),
@@ -30,3 +31,23 @@ def test_a_round_best_skips_failed_candidates():
     huge = SimpleNamespace(error_msg=None, run_secs=[1e6])  # how MetaSchedule marks a failed run
     assert round_best_ms([failed, ok, huge]) == pytest.approx(3.0)
     assert round_best_ms([failed]) is None
+
+
+def test_the_time_budget_ends_at_the_round_end_nearest_the_deadline():
+    rounds = [0.0, 10.0, 20.0, 30.0]  # 10 s rounds so far
+    assert not budget_spent(now=30.0, deadline=40.0, round_ends=rounds)  # the next round ends on time
+    assert not budget_spent(now=30.0, deadline=35.1, round_ends=rounds)  # ... or less than half a round late
+    assert budget_spent(now=30.0, deadline=34.9, round_ends=rounds)  # more than half a round late: stop now
+    assert budget_spent(now=41.0, deadline=40.0, round_ends=[0.0])  # past it, whatever the rounds
+    assert not budget_spent(now=39.0, deadline=40.0, round_ends=[0.0])
+
+
+def _space(*decision_counts):
+    schedules = [SimpleNamespace(trace=SimpleNamespace(decisions=dict.fromkeys(range(n)))) for n in decision_counts]
+    return SimpleNamespace(generate_design_space=lambda: schedules)
+
+
+def test_a_space_without_random_decisions_has_a_known_size():
+    assert fixed_space_size(_space(0)) == 1  # the pointwise chain: one program, nothing to search
+    assert fixed_space_size(_space(0, 0)) == 2
+    assert fixed_space_size(_space(0, 3)) is None  # sampled: its size is open
