@@ -1,9 +1,9 @@
 """Backends, one module each, behind the interface in ``adapters.base``."""
 from __future__ import annotations
 
-from .base import Backend, BackendUnavailable, Compiled, CompileContext, flatten_outputs
+from .base import Backend, BackendUnavailable, CacheVerdict, Compiled, CompileContext, CompileResult, flatten_outputs
 
-__all__ = ["Backend", "BackendUnavailable", "Compiled", "CompileContext", "flatten_outputs", "get_backend", "backend_names"]
+__all__ = ["Backend", "BackendUnavailable", "CacheVerdict", "Compiled", "CompileContext", "CompileResult", "flatten_outputs", "get_backend", "backend_names"]
 
 
 def _registry() -> dict[str, type[Backend]]:

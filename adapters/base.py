@@ -32,11 +32,10 @@ class CompileContext:
     cache: str = "cold"  # "cold": build from nothing; "warm": use persistent artifacts
     cache_root: Path | None = None  # persistent store (tuning_logs/), keyed by the adapter
     options: dict[str, Any] = field(default_factory=dict)  # backend options from the CLI
-    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds (runner's clock)
-    info: dict[str, Any] = field(default_factory=dict)  # extra facts an adapter reports
-    # A tuned backend: wall seconds of all the tuning behind what it built (this run's
-    # and earlier runs' for a reused log); None when unknown or not tuned.
-    tuning_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds, timed by ``phase``
+    # Facts an adapter notes while it compiles (its helpers too); it hands them back as
+    # ``CompileResult.info``.
+    info: dict[str, Any] = field(default_factory=dict)
     on_phase: Any = None  # callback(name) so the parent can show progress
 
     def persistent_dir(self, backend: str, target: str) -> Path:
@@ -55,6 +54,28 @@ class CompileContext:
             yield
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + (time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class CacheVerdict:
+    """What a warm compile found in the persistent store, as the backend itself saw it."""
+    result: str  # "hit": reused, "miss": built and stored, "bypass": the backend declined to cache
+    evidence: dict[str, Any] = field(default_factory=dict)  # the raw facts behind the verdict
+
+
+@dataclass
+class CompileResult:
+    """What ``Backend.compile`` returns."""
+    compiled: "Compiled"
+    cache: CacheVerdict | None = None  # None: the backend keeps nothing between runs
+    info: dict[str, Any] = field(default_factory=dict)  # recorded in the cell (usually ``ctx.info``)
+    # The backend's own split of its compile phases, in place of those timed with
+    # ``ctx.phase`` (torch.compile reports trace and codegen inside one call); None: those.
+    phases: dict[str, float] | None = None
+    includes_first_call: bool = False  # compiling made the first call (torch.compile compiles on it)
+    # A tuned backend: wall seconds of all the tuning behind what it built (this run's and
+    # earlier runs' for a reused log); None when unknown or not tuned.
+    tuning_s: float | None = None
 
 
 class Compiled(ABC):
@@ -131,7 +152,7 @@ class Backend(ABC):
         return {}
 
     @abstractmethod
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         """Lower ``module`` for ``example_inputs``; mark phases with ``ctx.phase``."""
 
     def dynamic_session(self, module: Any, example_inputs: Sequence[Any], dynamic_dims: Sequence[dict[int, str]],
@@ -204,7 +225,7 @@ class ShapeSession:
 
     def compiled_for(self, key: tuple, inputs: Sequence[Any]) -> Compiled:
         if key not in self._compiled:
-            self._compiled[key] = self._backend.compile(self._module, inputs, self._ctx)
+            self._compiled[key] = self._backend.compile(self._module, inputs, self._ctx).compiled
         return self._compiled[key]
 
     def run(self, inputs: Sequence[Any]) -> tuple[Compiled, Any]:

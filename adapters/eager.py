@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .base import Backend, Compiled, CompileContext
+from .base import Backend, Compiled, CompileContext, CompileResult
 
 
 class TorchCompiled(Compiled):
@@ -40,5 +40,5 @@ class EagerBackend(Backend):
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {"no_grad": True, "eval_mode": True}
 
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
-        return TorchCompiled(module, ctx.device)
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
+        return CompileResult(TorchCompiled(module, ctx.device))

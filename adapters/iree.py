@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes
+from .base import Backend, CacheVerdict, Compiled, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes
 
 VMFB = "module.vmfb"
 
@@ -67,7 +67,7 @@ class IreeBackend(Backend):
             out["task_topology_group_count"] = ctx.threads
         return out
 
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         folder, expected = artifacts.store_for(self, ctx)
         with artifacts.locked(folder) if ctx.cache == "warm" else contextlib.nullcontext():
             vmfb = folder / VMFB
@@ -77,10 +77,10 @@ class IreeBackend(Backend):
             else:
                 self._export_and_compile(module, example_inputs, ctx, vmfb)
                 artifacts.write_meta(folder, [VMFB], expected)
-            ctx.info["cache_result"] = "hit" if hit else "miss"
-            ctx.info["cache_evidence"] = artifacts.evidence(folder, hit)
             ctx.info["vmfb_bytes"] = vmfb.stat().st_size
-            return self._load(vmfb, ctx)
+            compiled = self._load(vmfb, ctx)
+        cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit))
+        return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":

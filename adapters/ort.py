@@ -12,7 +12,7 @@ import io
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes
+from .base import Backend, CacheVerdict, Compiled, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes
 
 OPTIMIZED = "optimized.onnx"
 
@@ -100,7 +100,7 @@ class OrtBackend(Backend):
     def providers(ctx: CompileContext) -> list[str]:
         return ["CUDAExecutionProvider", "CPUExecutionProvider"] if ctx.device == "cuda" else ["CPUExecutionProvider"]
 
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         import onnxruntime as ort
 
         warm = ctx.cache == "warm"
@@ -124,9 +124,7 @@ class OrtBackend(Backend):
                 session = ort.InferenceSession(str(model_path), sess_options=options, providers=self.providers(ctx))
             if warm and not hit:
                 artifacts.write_meta(folder, [OPTIMIZED], expected)
-        ctx.info["cache_result"] = "hit" if hit else "miss"
-        if warm:
-            ctx.info["cache_evidence"] = artifacts.evidence(folder, hit)
+        cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit) if warm else {})
         # The providers the session actually kept: a CUDA request that fell back to CPU shows here.
         ctx.info["providers"] = session.get_providers()
         if ctx.device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
@@ -136,7 +134,8 @@ class OrtBackend(Backend):
             raise RuntimeError(
                 f"exported ONNX graph has {len(input_names)} inputs, the workload has {len(example_inputs)}"
             )
-        return (OrtCudaCompiled if ctx.device == "cuda" else OrtCompiled)(session, input_names)
+        compiled = (OrtCudaCompiled if ctx.device == "cuda" else OrtCompiled)(session, input_names)
+        return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":

@@ -17,7 +17,8 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import Backend, BackendUnavailable, Compiled, CompileContext, DelegatingSession, export_dynamic_shapes, target_key
+from .base import (Backend, BackendUnavailable, CacheVerdict, Compiled, CompileContext, CompileResult, DelegatingSession,
+                   export_dynamic_shapes, target_key)
 from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
@@ -167,8 +168,8 @@ class TvmUntunedBackend(_TvmBase):
     description = "Apache TVM Relax, default CPU pipeline, no tuning (what tuning buys)"
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext,
-                dynamic_shapes=None) -> Compiled:
-        return self.load(self.build(module, example_inputs, ctx, dynamic_shapes), ctx)
+                dynamic_shapes=None) -> CompileResult:
+        return CompileResult(self.load(self.build(module, example_inputs, ctx, dynamic_shapes), ctx), info=ctx.info)
 
     def build(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext, dynamic_shapes=None):
         """Export, import and build (no device needed: CUDA code can be generated anywhere)."""
@@ -196,8 +197,7 @@ class TvmUntunedBackend(_TvmBase):
             return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
         # A Relax function with symbolic dims builds once and runs any size.
         shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
-        compiled = self.compile(module, example_inputs, ctx, shapes)
-        return DelegatingSession(self, compiled)
+        return DelegatingSession(self, self.compile(module, example_inputs, ctx, shapes).compiled)
 
 
 class TvmBackend(_TvmBase):
@@ -217,7 +217,7 @@ class TvmBackend(_TvmBase):
             "MetaSchedule cannot tune symbolic shapes (DisallowDynamicLoop) and tuning per shape is out of "
             "this experiment's budget; see tvm-untuned for TVM's specialize vs symbolic figures")
 
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         from . import tvm_inspect
 
         tvm_inspect.install()
@@ -230,11 +230,10 @@ class TvmBackend(_TvmBase):
         with ctx.phase("build"):
             executable = self.build_tuned(mod, database, target, ctx)
         ctx.info["tuning"] = info
-        ctx.tuning_s = info["tuning_s_total"]
         # "hit" here means: the tuning records were reused, no search ran.
-        ctx.info["cache_result"] = "hit" if info["reused"] else "miss"
-        ctx.info["cache_evidence"] = {"tuning_records_reused": info["reused"], "trials_in_log": info["trials_in_log"]}
-        return self.load(executable, ctx)
+        cache = CacheVerdict("hit" if info["reused"] else "miss",
+                             {"tuning_records_reused": info["reused"], "trials_in_log": info["trials_in_log"]})
+        return CompileResult(self.load(executable, ctx), cache=cache, info=ctx.info, tuning_s=info["tuning_s_total"])
 
     def tuning_target(self, ctx: CompileContext):
         """The target, what the cell records of it, and the key its tuning logs live under."""

@@ -436,17 +436,11 @@ def resume_state(args: argparse.Namespace):
         if now["versions"].get(name) != version:
             raise UsageError(f"cannot resume {args.resume}: {name} was {version}, now "
                              f"{now['versions'].get(name, 'not installed')}; start a new run instead")
-    kept = [c for c in stored.cells if not _transient(c)]
+    kept = [c for c in stored.cells if not c.transient]
     rerun = len(stored.cells) - len(kept)
     stored.cells = kept
     stored.state = "running"
     return stored, config, rerun
-
-
-def _transient(cell) -> bool:
-    from .results import TRANSIENT_STATUSES
-
-    return cell.status in TRANSIENT_STATUSES or (cell.status == "failed" and (cell.error or "").startswith("worker killed by"))
 
 
 def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:

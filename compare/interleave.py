@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import protocol
 from .process import WorkerProcess
 
 SLICE_S = 0.25  # seconds of sampling per turn
@@ -48,7 +49,7 @@ def wait_ready(worker: WorkerProcess, timeout_s: float) -> dict[str, Any] | None
 
 def take_turn(member: Member, timeout_s: float) -> None:
     rounds = max(1, int(SLICE_S / max(member.round_s, 1e-6)))
-    event = member.worker.next_event(timeout_s) if member.worker.send({"rounds": rounds}) else None
+    event = member.worker.next_event(timeout_s) if member.worker.send(protocol.rounds_command(rounds)) else None
     while event is not None and "slice" not in event:
         event = member.worker.next_event(timeout_s)
     if event is None:  # the worker died or hung during its turn: collect() says how
@@ -104,7 +105,7 @@ def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str],
                 take_turn(member, timeout_s)
         turn += 1
     for member in members:
-        if member.worker.send({"finish": True}):
+        if member.worker.send(protocol.finish_command()):
             member.worker.wait(timeout_s)
         else:
             member.worker.wait(5)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .worker import EVENT_PREFIX, looks_out_of_memory
+from . import protocol
 
 
 class WorkerProcess:
@@ -54,13 +54,10 @@ class WorkerProcess:
     def _read_events(self) -> None:
         try:
             for line in self.proc.stdout:
-                if not line.startswith(EVENT_PREFIX):
+                event = protocol.decode_event(line)
+                if event is None:
                     self._log.write(line)
                     self._log.flush()
-                    continue
-                try:
-                    event = json.loads(line[len(EVENT_PREFIX):])
-                except json.JSONDecodeError:
                     continue
                 if "phase" in event:
                     self.last_phase = event["phase"]
@@ -87,8 +84,9 @@ class WorkerProcess:
             return None
 
     def send(self, command: dict[str, Any]) -> bool:
+        """One protocol command (``protocol.rounds_command`` or ``finish_command``)."""
         try:
-            self.proc.stdin.write(json.dumps(command) + "\n")
+            self.proc.stdin.write(protocol.encode_command(command))
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
@@ -141,22 +139,22 @@ def kill_group(proc: subprocess.Popen) -> None:
 def _collect(returncode: int | None, timed_out_after: float | None, result_path: Path, log_path: Path,
              last_phase: str) -> dict[str, Any]:
     if timed_out_after is not None:
-        return dict(status="timeout", error=f"no result within {timed_out_after:g} s (was in phase {last_phase!r})")
+        return protocol.ended("timeout", f"no result within {timed_out_after:g} s (was in phase {last_phase!r})")
     if result_path.exists():
         try:
             data = json.loads(result_path.read_text())
             data.pop("worker_s", None)
             return data
         except (OSError, ValueError) as exc:
-            return dict(status="failed", error=f"worker result unreadable: {exc}")
+            return protocol.ended("failed", f"worker result unreadable: {exc}")
     tail = log_tail(log_path)
-    if looks_out_of_memory(tail):
-        return dict(status="out_of_memory", error=f"worker ran out of memory in phase {last_phase!r}: {last_line(tail)}")
-    if returncode is not None and returncode < 0:
+    if protocol.looks_out_of_memory(tail):
+        return protocol.ended("out_of_memory", f"worker ran out of memory in phase {last_phase!r}: {last_line(tail)}")
+    if returncode is not None and returncode < 0:  # killed from outside: a rerun may end otherwise
         sig = signal.Signals(-returncode).name
         hint = " (the kernel's OOM killer, or an external kill)" if sig == "SIGKILL" else ""
-        return dict(status="failed", error=f"worker killed by {sig}{hint} in phase {last_phase!r}")
-    return dict(status="failed", error=f"worker exited with code {returncode} in phase {last_phase!r}: {last_line(tail)}")
+        return protocol.ended("failed", f"worker killed by {sig}{hint} in phase {last_phase!r}", transient=True)
+    return protocol.ended("failed", f"worker exited with code {returncode} in phase {last_phase!r}: {last_line(tail)}")
 
 
 def log_tail(path: Path, chars: int = 4000) -> str:

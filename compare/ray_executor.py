@@ -1,7 +1,7 @@
 """``--executor ray``: the same plan of cells, each cell a Ray task.
 
-A task runs the very same worker process as the local runner
-(``runner.execute_worker``: own process group, timeout, memory limit) on
+A task runs the very same worker process as the local executor
+(``process.execute_worker``: own process group, timeout, memory limit) on
 whichever node Ray places it, and returns the cell's fields, its log and the
 node it ran on. Each task asks for as many CPUs as the run's ``--threads`` (and
 a GPU on ``--device cuda``), so two timed cells never share a node's cores
@@ -22,13 +22,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-NODE_LOST = "worker killed by node loss"  # prefix that --resume treats as transient
+from . import protocol
+from .cells import cell_from_worker
+from .executor import CellGroup, Executor, RunInterrupted
+
+NODE_LOST = "worker killed by node loss"
 
 
 def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
                  processes: int = 1) -> tuple[dict, str, dict]:
     """Body of the Ray task: the local worker protocol on this node, in ``processes``
-    fresh workers pooled as the local runner pools them."""
+    fresh workers pooled as the local executor pools them."""
     import ray
 
     from .pooling import pool_processes
@@ -47,64 +51,83 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
     return cell, log_text, node
 
 
-def run_cells(runner, results, cells: list[tuple[Any, str, Any, str]], address: str | None = None,
-              share_cores: bool = False) -> None:
-    """Fan ``cells`` (workload object, backend, batch, dtype) out as Ray tasks; record each as it lands."""
-    import ray
+class RayExecutor(Executor):
+    """Every cell a Ray task (``ray_address``: a cluster to join, else a local Ray);
+    ``environment`` gets the executor's description."""
 
-    from .runner import RunInterrupted, worker_env
-    from .results import Cell, variant_label
+    def __init__(self, specs, hooks, output_dir, environment: dict[str, Any]):
+        super().__init__(specs, hooks, output_dir)
+        self.environment = environment
+        self._pending: dict[Any, tuple[Any, str, dict]] = {}
 
-    cfg = runner.config
-    started_here = False
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False, include_dashboard=False)
-        else:
-            ray.init(num_cpus=os.cpu_count(), log_to_driver=False, include_dashboard=False)
-            started_here = True
-    results.environment["executor"] = {"kind": "ray", "address": address or "local",
-                                       "ray": ray.__version__, "share_cores": share_cores}
-    remote = ray.remote(_run_on_node).options(
-        num_cpus=0.001 if share_cores else cfg.threads,
-        num_gpus=1 if cfg.device == "cuda" else 0,
-        max_retries=0,  # a lost task is recorded as such, not silently rerun
-    )
-    env = worker_env(cfg)
-    pending: dict[Any, tuple[Any, str, dict]] = {}
-    for workload, backend, batch, dtype in cells:
-        base = runner.cell_base(workload, backend, batch, dtype)
+    def run(self, groups: list[CellGroup]) -> None:
+        import ray
+
+        cfg = self.config
+        started_here = self._init_ray()
         try:
-            spec = runner.cell_spec(workload, backend, batch=batch, dtype=dtype)
-        except Exception as exc:
-            results.upsert(Cell(status="failed", error=f"{type(exc).__name__}: {exc}", **base))
-            continue
-        pending[remote.remote(spec, cfg.timeout_s, env, cfg.processes)] = (workload, backend, base)
-    done = 0
-    try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            workload, backend, base = pending.pop(ref)
-            log_rel = f"logs/{variant_label(workload.name, base['batch'], base['dtype'])}.{backend}.log"
+            remote = ray.remote(_run_on_node).options(
+                num_cpus=0.001 if cfg.ray_share_cores else cfg.threads,
+                num_gpus=1 if cfg.device == "cuda" else 0,
+                max_retries=0,  # a lost task is recorded as such, not silently rerun
+            )
+            for group in groups:
+                for backend in group.backends:
+                    self._submit(remote, group, backend)
+            self._collect()
+        except KeyboardInterrupt:
+            self.kill()
+            raise RunInterrupted() from None
+        finally:
+            if started_here:
+                ray.shutdown()
+
+    def _init_ray(self) -> bool:
+        import ray
+
+        cfg = self.config
+        self.environment["executor"] = {"kind": "ray", "address": cfg.ray_address or "local",
+                                        "ray": ray.__version__, "share_cores": cfg.ray_share_cores}
+        if ray.is_initialized():
+            return False
+        if cfg.ray_address:
+            ray.init(address=cfg.ray_address, log_to_driver=False, include_dashboard=False)
+            return False
+        ray.init(num_cpus=os.cpu_count(), log_to_driver=False, include_dashboard=False)
+        return True
+
+    def _submit(self, remote, group: CellGroup, backend: str) -> None:
+        base = self.specs.base(group.workload, backend, group.batch, group.dtype)
+        try:
+            spec = self.specs.spec(group.workload, backend, batch=group.batch, dtype=group.dtype)
+        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
+            self.hooks.record(cell_from_worker({**base, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}))
+            return
+        ref = remote.remote(spec, self.config.timeout_s, self.specs.env(), self.config.processes)
+        self._pending[ref] = (group, backend, base)
+
+    def _collect(self) -> None:
+        import ray
+
+        while self._pending:
+            ready, _ = ray.wait(list(self._pending), num_returns=1)
+            group, backend, base = self._pending.pop(ready[0])
+            log_rel = self.specs.log_rel(group.workload, backend, group.batch, group.dtype)
             try:
-                data, log_text, node = ray.get(ref)
+                data, log_text, node = ray.get(ready[0])
             except ray.exceptions.RayError as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-                data, log_text, node = {"status": "failed", "error": f"{NODE_LOST}: {type(exc).__name__}: {first}"}, "", {}
-            (runner.output_dir / log_rel).parent.mkdir(parents=True, exist_ok=True)
-            (runner.output_dir / log_rel).write_text(log_text)
-            cell = runner._as_cell({**base, **data, "log": log_rel})
+                data = protocol.ended("failed", f"{NODE_LOST}: {type(exc).__name__}: {first}", transient=True)
+                log_text, node = "", {}
+            (self.output_dir / log_rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / log_rel).write_text(log_text)
+            cell = cell_from_worker({**base, **data, "log": log_rel})
             cell.info = dict(cell.info or {}, node=node)
-            results.upsert(cell)
-            runner.save(results)
-            done += 1
-            runner.progress.cell_started(done, done + len(pending), cell.label, backend)
-            runner.progress.cell_finished(cell)
-    except KeyboardInterrupt:
-        for ref in pending:
+            self.hooks.announce(cell.label, backend)
+            self.hooks.record(cell)
+
+    def kill(self) -> None:
+        import ray
+
+        for ref in self._pending:
             ray.cancel(ref, force=True)
-        raise RunInterrupted() from None
-    finally:
-        if started_here:
-            ray.shutdown()

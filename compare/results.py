@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-SCHEMA_VERSION = 2
+from .protocol import STATUSES, TRANSIENT_STATUSES
+
+SCHEMA_VERSION = 3
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
-STATUSES = ("ok", "failed", "timeout", "out_of_memory", "unavailable")
-# Statuses that a rerun may change (the machine, not the code, was at fault).
-TRANSIENT_STATUSES = ("timeout", "out_of_memory")
+_INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
 class ResultsError(ValueError):
@@ -81,7 +81,8 @@ class Cell:
 
     workload: str
     backend: str
-    status: str
+    status: str  # protocol.STATUSES
+    transient: bool = False  # a rerun may end it otherwise (timeout, OOM, killed): --resume reruns it
     size: str = "default"
     device: str = "cpu"
     batch: int | None = None  # --batch value; None: the workload's own batch at this size
@@ -146,7 +147,7 @@ class Cell:
         return variant_label(self.workload, self.batch, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(dataclasses.asdict(self))
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Cell":
@@ -185,7 +186,7 @@ class RunResults:
             "environment": self.environment,
             "config": self.config,
             "cells": [c.to_dict() for c in self.cells],
-            "experiments": _clean(self.experiments),
+            "experiments": self.experiments,
         }
 
     def upsert(self, cell: Cell) -> None:
@@ -252,40 +253,79 @@ class RunResults:
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """An older results.json in today's terms. v1 -> v2: the speedup interval is recomputed
-    with the paired bootstrap (the derived figures are refilled on load by every reader
-    that reports); the memory figure was the worker's
-    own peak above a baseline taken before compiling (now ``compile_peak_mb``, which also
-    counts child processes); TVM's Relax importer phase was called ``import`` (now
-    ``frontend``: ``import`` is every backend's import phase, outside compile_s)."""
-    if data.get("schema_version") == 1:
-        cells = []
-        for cell in data.get("cells", []):
-            cell = dict(cell)
-            cell.pop("speedup_ci", None)  # v1 bootstrapped unpaired; recomputed paired on load
-            if "peak_rss_delta_mb" in cell:
-                cell.setdefault("compile_peak_mb", cell.pop("peak_rss_delta_mb"))
-            phases = cell.get("compile_phases")
-            if isinstance(phases, dict) and "import" in phases and str(cell.get("backend", "")).startswith("tvm"):
-                cell["compile_phases"] = {("frontend" if k == "import" else k): v for k, v in phases.items()}
-            cells.append(cell)
-        data = dict(data, cells=cells, schema_version=SCHEMA_VERSION, migrated_from=1)
+    """An older results.json in today's terms, one version step at a time."""
+    version = data.get("schema_version")
+    if version == 1:
+        data = _migrate_v1(data)
+    if data.get("schema_version") == 2:
+        data = _migrate_v2(data)
     return data
 
 
+def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: the speedup interval is recomputed with the paired bootstrap (the derived
+    figures are refilled on load by every reader that reports); the memory figure was the
+    worker's own peak above a baseline taken before compiling (now ``compile_peak_mb``,
+    which also counts child processes); TVM's Relax importer phase was called ``import``
+    (now ``frontend``: ``import`` is every backend's import phase, outside compile_s)."""
+    cells = []
+    for cell in data.get("cells", []):
+        cell = dict(cell)
+        cell.pop("speedup_ci", None)  # v1 bootstrapped unpaired; recomputed paired on load
+        if "peak_rss_delta_mb" in cell:
+            cell.setdefault("compile_peak_mb", cell.pop("peak_rss_delta_mb"))
+        phases = cell.get("compile_phases")
+        if isinstance(phases, dict) and "import" in phases and str(cell.get("backend", "")).startswith("tvm"):
+            cell["compile_phases"] = {("frontend" if k == "import" else k): v for k, v in phases.items()}
+        cells.append(cell)
+    return dict(data, cells=cells, schema_version=2, migrated_from=1)
+
+
+def _migrate_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 -> v3: non-finite floats were the strings "nan", "inf" and "-inf" (now null and
+    +-1e999, plain JSON numbers); whether a rerun may change a cell was read from its status
+    and error text (now the ``transient`` field)."""
+    data = _decode_nonfinite(data)
+    cells = []
+    for cell in data.get("cells", []):
+        cell = dict(cell)
+        cell.setdefault("transient", cell.get("status") in TRANSIENT_STATUSES or (
+            cell.get("status") == "failed" and str(cell.get("error") or "").startswith("worker killed by")))
+        cells.append(cell)
+    return dict(data, cells=cells, schema_version=3, migrated_from=data.get("migrated_from", 2))
+
+
+def _decode_nonfinite(value: Any) -> Any:
+    if value in ("nan", "inf", "-inf") and isinstance(value, str):
+        return None if value == "nan" else float(value)
+    if isinstance(value, dict):
+        return {k: _decode_nonfinite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_nonfinite(v) for v in value]
+    return value
+
+
 def _clean(value: Any) -> Any:
-    """JSON has no NaN/inf: store them as strings so the file stays valid JSON."""
+    """JSON has no NaN or infinity: NaN becomes null (not a number, as no number is), and
+    infinity a marker that ``dumps`` writes as 1e999, a JSON number that every parser
+    reads back as infinity."""
     if isinstance(value, float):
         if math.isnan(value):
-            return "nan"
+            return None
         if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
+            return _INF if value > 0 else "-" + _INF
         return value
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
+
+
+def dumps(data: Any) -> str:
+    """Strict JSON text of ``data`` (see ``_clean``)."""
+    text = json.dumps(_clean(data), indent=2, allow_nan=False)
+    return text.replace(f'"-{_INF}"', "-1e999").replace(f'"{_INF}"', "1e999") + "\n"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -307,5 +347,5 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, dumps(data))
 

@@ -18,22 +18,17 @@ from typing import Any, Protocol
 
 from . import environment
 from .allocators import GLIBC_TUNED_ENV
-from .interleave import run_interleaved
-from .pooling import pool_processes
-from .process import WorkerProcess, execute_worker, kill_group, last_line
-from .results import TRANSIENT_STATUSES, Cell, ResultsError, RunResults, atomic_write_json, variant_label
+from .cells import ALLOCATOR_VARS, CellSpecs, worker_env
+from .executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
+from .process import last_line
+from .results import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
 
-
-ALLOCATOR_VARS = ("LD_PRELOAD",)
+__all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
 
 
 class OutputError(Exception):
     """The run's files cannot be written (disk full, folder removed): the last saved
     results.json is intact; the message says so in one line."""
-
-
-class RunInterrupted(Exception):
-    """Ctrl-C or SIGTERM: finished cells are saved, the run is marked interrupted."""
 
 
 @dataclass
@@ -100,33 +95,17 @@ class SilentProgress:
         pass
 
 
-def worker_env(config: RunConfig) -> dict[str, str]:
-    """Same thread count for every backend's runtime, set before any import."""
-    # The allocator is the run's, not whatever the parent happened to inherit.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ALLOCATOR_VARS + environment.SPIN_VARS and not k.startswith("MALLOC_")}
-    for var in environment.THREAD_VARS:
-        env[var] = str(config.threads)
-    env.update(config.malloc_env)
-    if config.thread_spin == "short":
-        env.update(environment.SHORT_SPIN_ENV)
-    env["PYTHONUNBUFFERED"] = "1"
-    # The project root on the path, so workers run from a plain checkout too.
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(environment.PROJECT_ROOT), env.get("PYTHONPATH", "")] if p
-    )
-    return env
-
-
 class Runner:
+    """Plans the cells, has an executor run them, records every cell as it ends."""
+
     def __init__(self, config: RunConfig, progress: Progress | None = None):
         self.config = config
         self.progress = progress or SilentProgress()
         self.output_dir = Path(config.output_dir)
-        self._current: subprocess.Popen | None = None
-        self._workers: list[WorkerProcess] = []  # the running group's workers (interleaved timing)
-        self._counter = (0, 0)  # cells recorded, cells planned (for progress)
-        self._announced: set[tuple] = set()
+        self.specs = CellSpecs(config)
+        self._executor: Executor | None = None
+        self._counter = (0, 0)  # cells announced, cells planned (for progress)
+        self._order: dict[tuple, int] = {}  # planned cell -> its place in the tables
         self.last_results: RunResults | None = None  # what was saved last (for interrupt handling)
 
     # -- planning -------------------------------------------------------------
@@ -162,56 +141,69 @@ class Runner:
 
     # -- running --------------------------------------------------------------
     def run(self, results: RunResults | None = None) -> RunResults:
-        from adapters import get_backend
-        from workloads import resolve_workloads
-
         results = results or self.new_results()
         (self.output_dir / "logs").mkdir(parents=True, exist_ok=True)
-        workloads = {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
-        availability = {b: get_backend(b).available(self.config.device) for b in self.config.backends}
         if self.config.roofline:
             self.measure_ceilings(results)
         full_plan = self.plan()
         plan = [cell for cell in full_plan if results.cell(*cell) is None]
-        done_before = len(full_plan) - len(plan)
-        remote: list[tuple[Any, str, int | None, str]] = []  # cells for the Ray executor
-        self._counter = (done_before, len(full_plan))
+        self._counter = (len(full_plan) - len(plan), len(full_plan))
+        self._order = {cell: index for index, cell in enumerate(full_plan)}
         try:
-            for group in _groups(plan):
-                local = []
-                for w, b, batch, dtype in group:
-                    ok, reason = availability[b]
-                    if ok and self.config.executor == "ray":
-                        remote.append((workloads[w], b, batch, dtype))
-                    elif ok:
-                        local.append(b)
-                    else:
-                        self._record(results, Cell(workload=w, backend=b, status="unavailable", error=reason,
-                                                   batch=batch, dtype=dtype, size=self.config.size,
-                                                   device=self.config.device, threads=self.config.threads))
-                if local:
-                    w, _, batch, dtype = group[0]
-                    for cell in self._run_group(workloads[w], local, batch, dtype):
-                        self._record(results, cell, announced=True)
-            if remote:
-                from .ray_executor import run_cells
-
-                run_cells(self, results, remote, self.config.ray_address, self.config.ray_share_cores)
+            groups = self._runnable_groups(plan, results)
+            self._executor = self._make_executor(results)
+            self._executor.run(groups)
         except (KeyboardInterrupt, RunInterrupted):
             self._kill_current()
-            results.state = "interrupted"
-            results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            self.save(results)
+            self._finish(results, "interrupted")
             raise RunInterrupted() from None
-        results.state = "complete"
-        results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self.save(results)
+        self._finish(results, "complete")
         return results
 
-    def _record(self, results: RunResults, cell: Cell, announced: bool = False) -> None:
-        if not announced:
-            self._announce(cell.label, cell.backend)
+    def _runnable_groups(self, plan, results: RunResults) -> list[CellGroup]:
+        """The plan as groups of cells to run; a backend unavailable here is recorded as
+        such at once, with its reason."""
+        from adapters import get_backend
+        from workloads import resolve_workloads
+
+        workloads = {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
+        availability = {b: get_backend(b).available(self.config.device) for b in self.config.backends}
+        groups = []
+        for group in _groups(plan):
+            w, _, batch, dtype = group[0]
+            runnable = []
+            for _, b, _, _ in group:
+                ok, reason = availability[b]
+                if ok:
+                    runnable.append(b)
+                    continue
+                self._announce(variant_label(w, batch, dtype), b)
+                self._record(results, Cell(workload=w, backend=b, status="unavailable", error=reason, batch=batch,
+                                           dtype=dtype, size=self.config.size, device=self.config.device,
+                                           threads=self.config.threads))
+            if runnable:
+                groups.append(CellGroup(workloads[w], tuple(runnable), batch, dtype))
+        return groups
+
+    def _make_executor(self, results: RunResults) -> Executor:
+        hooks = Hooks(announce=self._announce, phase=self.progress.phase,
+                      record=lambda cell: self._record(results, cell))
+        if self.config.executor == "ray":
+            from .ray_executor import RayExecutor
+
+            return RayExecutor(self.specs, hooks, self.output_dir, results.environment)
+        return LocalExecutor(self.specs, hooks, self.output_dir)
+
+    def _finish(self, results: RunResults, state: str) -> None:
+        results.state = state
+        results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.save(results)
+
+    def _record(self, results: RunResults, cell: Cell) -> None:
+        """Keep a cell as it ends, in plan order (executors may finish cells in any order)."""
         results.upsert(cell)
+        end = len(self._order)
+        results.cells.sort(key=lambda c: self._order.get((c.workload, c.backend, c.batch, c.dtype), end))
         self.save(results)
         self.progress.cell_finished(cell)
 
@@ -219,71 +211,6 @@ class Runner:
         done, total = self._counter
         self._counter = (done + 1, total)
         self.progress.cell_started(done + 1, total, label, backend)
-
-    def _run_group(self, workload, backends: list[str], batch: int | None, dtype: str) -> list[Cell]:
-        """The cells of one (workload, batch, dtype), each in ``processes`` fresh workers;
-        with interleaving, one process of every cell at a time, timed in turns."""
-        if not self.config.interleave:
-            cells = []
-            for b in backends:
-                self._announce(variant_label(workload.name, batch, dtype), b)
-                cells.append(self._as_cell(self._run_cell(workload, b, batch=batch, dtype=dtype)))
-            return cells
-        base = {b: self.cell_base(workload, b, batch, dtype) for b in backends}
-        specs, runs = {}, {b: [] for b in backends}
-        for b in backends:
-            try:
-                specs[b] = self.cell_spec(workload, b, {"interleave": True}, batch, dtype)
-            except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-                runs[b].append(dict(status="failed", error=f"{type(exc).__name__}: {exc}"))
-        rounds = max(1, self.config.processes)
-        for index in range(rounds):
-            going = [b for b in backends if b in specs and all(r.get("status") == "ok" for r in runs[b])]
-            if not going:
-                break
-            members = [b for b in going for _ in range(self._processes_per_round(b, backends, rounds))]
-            ended = run_interleaved([self._starter(specs[b], workload, b, batch, dtype, index) for b in members],
-                                    members, "eager", self.config.timeout_s,
-                                    int(self.config.timing.get("max_samples", 300)), on_worker=self._set_worker)
-            for b, result in zip(members, ended):
-                if result is not None:
-                    runs[b].append(result)
-        return [self._as_cell({**base[b], **pool_processes(runs[b]), "log": self._log_rel(workload, b, batch, dtype)})
-                for b in backends]
-
-    def _processes_per_round(self, backend: str, backends: list[str], rounds: int) -> int:
-        # The reference runs in several processes even when the cells run in one: each
-        # process has an offset of its own (±5 % here), and one offset in the reference
-        # would shift every cell's comparison with it. Alone, it is compared with nothing.
-        if backend != "eager" or len(backends) == 1:
-            return 1
-        return max(1, -(-self.config.reference_processes // rounds))
-
-    def _starter(self, spec, workload, backend, batch, dtype, index):
-        count = max(1, self.config.processes)
-
-        def on_phase(phase):
-            self.progress.phase(workload.name, backend, phase if count == 1 else f"process {index + 1}/{count}: {phase}")
-
-        announced = self._announced
-
-        def start() -> WorkerProcess:
-            if (workload.name, backend, batch, dtype) not in announced:
-                announced.add((workload.name, backend, batch, dtype))
-                self._announce(variant_label(workload.name, batch, dtype), backend)
-            return WorkerProcess(dict(spec, process_index=index), self.output_dir / self._log_rel(workload, backend, batch, dtype),
-                                 worker_env(self.config), on_phase=on_phase, keep_work_dir=self.config.keep_work_dirs)
-        return start
-
-    @staticmethod
-    def _log_rel(workload, backend: str, batch, dtype: str, label: str = "") -> str:
-        return f"logs/{variant_label(workload.name, batch, dtype)}.{backend}{label}.log"
-
-    def _set_worker(self, worker) -> None:
-        if worker is None:
-            self._workers = []
-        else:
-            self._workers.append(worker)
 
     def save(self, results: RunResults) -> None:
         from .derived import fill_derived
@@ -300,77 +227,8 @@ class Runner:
                               "the last saved results.json there is intact") from None
 
     def _kill_current(self) -> None:
-        if self._current is not None:
-            kill_group(self._current)
-        for worker in getattr(self, "_workers", []):
-            kill_group(worker.proc)
-
-    def cell_spec(self, workload, backend: str, extra: dict[str, Any] | None = None,
-                  batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
-        """Everything a worker needs to measure one cell (plain JSON: it may travel to another node)."""
-        cfg = self.config
-        return {
-            "workload": workload.name,
-            "workload_files": [str(Path(f).resolve()) for f in cfg.workload_files],
-            "workload_key": variant_key(workload, cfg.size, batch, dtype),
-            "size": cfg.size,
-            "batch": batch,
-            "dtype": dtype,
-            "backend": backend,
-            "device": cfg.device,
-            "threads": cfg.threads,
-            "seed": cfg.seed,
-            "timing": cfg.timing,
-            "options": cfg.options,
-            "cache": cfg.cache,
-            "cache_root": str(Path(cfg.cache_root).resolve()),
-            "memory_limit_mb": cfg.memory_limit_mb,
-            "numerics_draws": cfg.numerics_draws,
-            **(extra or {}),
-        }
-
-    def cell_base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
-        cfg = self.config
-        return dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads,
-                    batch=batch, dtype=dtype)
-
-    def _run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "",
-                  batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
-        """One cell in ``processes`` fresh workers, start to finish; returns the cell's
-        fields (never raises for anything a worker does: crashes, hangs and bad results
-        become a status). Experiments (``extra``) run in one worker."""
-        cfg = self.config
-        base = self.cell_base(workload, backend, batch, dtype)
-        try:
-            spec = self.cell_spec(workload, backend, extra, batch, dtype)
-        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-            return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
-        log_rel = self._log_rel(workload, backend, batch, dtype, label)
-        count = 1 if extra else max(1, cfg.processes)
-        runs = []
-        for index in range(count):
-            def on_phase(phase, index=index):
-                self.progress.phase(workload.name, backend, phase if count == 1 else f"process {index + 1}/{count}: {phase}")
-
-            runs.append(execute_worker(dict(spec, process_index=index), self.output_dir / log_rel, cfg.timeout_s,
-                                       worker_env(cfg), on_phase=on_phase, on_start=self._set_current,
-                                       keep_work_dir=cfg.keep_work_dirs))
-            self._current = None
-            if runs[-1].get("status") != "ok":
-                break
-        return {**base, **pool_processes(runs), "log": log_rel}
-
-    def _set_current(self, proc) -> None:
-        self._current = proc
-
-    @staticmethod
-    def _as_cell(data: dict[str, Any]) -> Cell:
-        try:
-            return Cell.from_dict(data)
-        except (ResultsError, TypeError) as exc:
-            keep = {k: data[k] for k in ("workload", "backend", "size", "device", "threads", "batch", "dtype")
-                    if k in data}
-            return Cell(status="failed", error=f"worker returned an invalid result: {exc}", **keep)
+        if self._executor is not None:
+            self._executor.kill()
 
     # -- experiments beyond the cell table -------------------------------------------
     def measure_ceilings(self, results: RunResults) -> None:
@@ -388,7 +246,6 @@ class Runner:
     def run_dynamic(self, results: RunResults, backends: list[str], distinct: int, calls: int,
                     steady_calls: int = 15) -> None:
         """Specialize vs symbolic for every (workload, backend), each strategy in its own worker."""
-        from adapters import get_backend
         from workloads import resolve_workloads
 
         from . import dynamic
@@ -396,26 +253,19 @@ class Runner:
         section = results.experiments.setdefault("dynamic_shapes", {"records": []})
         workloads = resolve_workloads(self.config.workloads, self.config.workload_files)
         # On resume, records that ended for good (ok, unavailable, failed) are kept.
-        kept = {(r["workload"], r["backend"], r["strategy"]) for r in section["records"]
-                if r.get("status") not in TRANSIENT_STATUSES}
+        kept = {(r["workload"], r["backend"], r["strategy"]) for r in section["records"] if not _transient(r)}
         plan = [(w, b, s) for w in workloads for b in backends for s in dynamic.STRATEGIES
                 if (w.name, b, s) not in kept]
         section["protocol"] = {"distinct_sizes": distinct, "calls": calls, "steady_calls_per_size": steady_calls,
                                "seed": self.config.seed, "threads": self.config.threads, "size": self.config.size}
+        executor = LocalExecutor(self.specs, Hooks(self._announce, self.progress.phase, lambda cell: None),
+                                 self.output_dir)
+        self._executor = executor
         try:
             for index, (workload, backend, strategy) in enumerate(plan, start=1):
                 self.progress.cell_started(index, len(plan), workload.name, f"{backend} ({strategy})")
-                ok, reason = get_backend(backend).available(self.config.device)
-                base = {"workload": workload.name, "backend": backend, "strategy": strategy}
-                if not ok:
-                    record = dict(base, status="unavailable", error=reason)
-                else:
-                    shapes = dynamic.shape_plan(workload, self.config.size, distinct, calls, self.config.seed)
-                    section.setdefault("plans", {})[workload.name] = shapes
-                    record = self._run_cell(workload, backend, {
-                        "experiment": "dynamic", "strategy": strategy, "dynamic": shapes,
-                        "steady_calls": steady_calls, "count_work": False}, label=f".dynamic-{strategy}")
-                    record = {**base, **record}
+                record = self._dynamic_record(executor, workload, backend, strategy, distinct, calls, steady_calls,
+                                              section)
                 section["records"] = [r for r in section["records"]
                                       if (r["workload"], r["backend"], r["strategy"]) != (workload.name, backend, strategy)]
                 section["records"].append(record)
@@ -429,6 +279,29 @@ class Runner:
             self.save(results)
             raise RunInterrupted() from None
 
+    def _dynamic_record(self, executor: LocalExecutor, workload, backend: str, strategy: str, distinct: int,
+                        calls: int, steady_calls: int, section: dict) -> dict[str, Any]:
+        from adapters import get_backend
+
+        from . import dynamic
+
+        base = {"workload": workload.name, "backend": backend, "strategy": strategy}
+        ok, reason = get_backend(backend).available(self.config.device)
+        if not ok:
+            return dict(base, status="unavailable", error=reason)
+        shapes = dynamic.shape_plan(workload, self.config.size, distinct, calls, self.config.seed)
+        section.setdefault("plans", {})[workload.name] = shapes
+        record = executor.run_cell(workload, backend, {
+            "experiment": "dynamic", "strategy": strategy, "dynamic": shapes,
+            "steady_calls": steady_calls, "count_work": False}, label=f".dynamic-{strategy}")
+        return {**base, **record}
+
+
+def _transient(record: dict[str, Any]) -> bool:
+    """Whether a rerun may end a record otherwise (records before the field: by status)."""
+    return bool(record.get("transient", record.get("status") in TRANSIENT_STATUSES))
+
+
 def _groups(plan: list[tuple]) -> list[list[tuple]]:
     """Consecutive planned cells that share (workload, batch, dtype)."""
     groups: list[list[tuple]] = []
@@ -438,10 +311,3 @@ def _groups(plan: list[tuple]) -> list[list[tuple]]:
         else:
             groups.append([cell])
     return groups
-
-
-def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
-    """The cache key of one cell's model: the workload at that batch (through its
-    params) and precision. fp32 keeps the plain key, so existing caches stay valid."""
-    key = workload.with_batch(batch).key(size)
-    return key if dtype == "fp32" else f"{key}-{dtype}"

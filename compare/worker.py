@@ -25,23 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import memory
+from . import memory, protocol
 from .measure import torch_dtype
 
-EVENT_PREFIX = "@@dlcompare "
-
-
 def emit(**event: Any) -> None:
-    sys.stdout.write(EVENT_PREFIX + json.dumps(event) + "\n")
+    sys.stdout.write(protocol.encode_event(**event))
     sys.stdout.flush()
-
-
-OOM_MARKERS = ("can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "out of memory",
-               "OutOfMemoryError", "MemoryError", "failed to allocate")
-
-
-def looks_out_of_memory(text: str) -> bool:
-    return any(marker in text for marker in OOM_MARKERS)
 
 
 def one_line(exc: BaseException, limit: int = 400, keep_end: bool = False) -> str:
@@ -174,24 +163,29 @@ def run_once(compiled, prepared) -> list:
     return [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
 
 
-def compile_step(backend, setup: CellSetup, ctx, spec: dict[str, Any], loaded: dict) -> tuple[Any, Any, list, dict]:
-    """Compile and call twice, under a peak-memory probe that covers child processes."""
+def compile_step(backend, setup: CellSetup, ctx, spec: dict[str, Any], loaded: dict):
+    """Compile and call twice, under a peak-memory probe that covers child processes.
+    Returns the backend's CompileResult (its phases final, the first call's included),
+    the prepared inputs, the first outputs and the memory figures."""
     import torch
 
     if spec["device"] == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with memory.TreePeak() as peak:
         try:
-            compiled = backend.compile(setup.model, setup.inputs, ctx)
+            result = backend.compile(setup.model, setup.inputs, ctx)
         except Exception as exc:
             raise _dtype_refusal(exc, setup.dtype_name, spec["backend"]) from None
-        prepared = compiled.prepare(setup.inputs)
-        if "first_call" in ctx.phases:  # the backend timed its own first call (Inductor)
-            outputs = run_once(compiled, prepared)
+        prepared = result.compiled.prepare(setup.inputs)
+        phases = dict(ctx.phases if result.phases is None else result.phases)
+        if result.includes_first_call:
+            outputs = run_once(result.compiled, prepared)
         else:
             with ctx.phase("first_call"):
-                outputs = run_once(compiled, prepared)
-        run_once(compiled, prepared)  # a second call: steady-state buffers count towards the peak
+                outputs = run_once(result.compiled, prepared)
+            phases["first_call"] = ctx.phases["first_call"]
+        result.phases = phases
+        run_once(result.compiled, prepared)  # a second call: steady-state buffers count towards the peak
     base = loaded["rss_after_load_mb"]
     figures = {
         "peak_rss_mb": peak.peak_self_mb,
@@ -199,15 +193,15 @@ def compile_step(backend, setup: CellSetup, ctx, spec: dict[str, Any], loaded: d
         "compile_children_peak_mb": peak.peak_children_mb,
     }
     if spec["device"] == "cuda":
-        ctx.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return compiled, prepared, outputs, figures
+        result.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return result, prepared, outputs, figures
 
 
 def _dtype_refusal(exc: Exception, dtype_name: str, backend: str) -> Exception:
     """A compiler that cannot lower the model at reduced precision lacks that support (an
     exporter without the dtype, no kernels for it, a frontend that types it wrong): the
     cell is unavailable at this dtype, with the compiler's own words."""
-    if dtype_name == "fp32" or looks_out_of_memory(str(exc)):
+    if dtype_name == "fp32" or protocol.looks_out_of_memory(str(exc)):
         return exc
     traceback.print_exc()
     from adapters import BackendUnavailable
@@ -303,7 +297,7 @@ def take_slices(sampler) -> None:
     asks for, until told to finish. Between slices this process sleeps on stdin while the
     other cells of the workload take theirs."""
     emit(ready={"round_s": sampler.round_s()})
-    for line in sys.stdin:
+    for line in sys.stdin:  # protocol.rounds_command / finish_command
         command = json.loads(line)
         if command.get("finish"):
             return
@@ -321,18 +315,25 @@ def check_after_timing(compiled, prepared, outputs: list) -> dict[str, Any]:
     return {"ok": check["ok"], "max_abs": check.get("max_abs"), "error": check.get("error")}
 
 
-def cache_verdict(backend, ctx) -> str | None:
+def cache_verdict(backend, ctx, result) -> str | None:
     """"cold" means built from nothing by construction; a warm cell reports what the
-    backend itself said (ctx.info["cache_evidence"] holds the raw evidence)."""
+    backend itself said (a backend without a store rebuilt: "miss")."""
     if not backend.compiles:
         return None
     if ctx.cache == "cold":
         return "cold"
-    return ctx.info.get("cache_result", "miss")
+    return result.cache.result if result.cache else "miss"
+
+
+def cell_info(result) -> dict[str, Any]:
+    """The facts the backend reported, with its cache evidence (``info.cache_evidence``)."""
+    if result.cache is None or not result.cache.evidence:
+        return dict(result.info)
+    return {**result.info, "cache_evidence": result.cache.evidence}
 
 
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one cell; returns the fields of ``compare.results.Cell``."""
+    """Run one cell; returns the fields of ``compare.results.Cell`` (the protocol's result)."""
     backend, ctx, torch_import_s = prepare_worker(spec)
     if spec.get("experiment") == "dynamic":
         from . import dynamic
@@ -343,8 +344,9 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     setup = CellSetup.build(spec)
     emit(phase="import")
     loaded = import_backend(backend, ctx)
-    compiled, prepared, outputs, compile_memory = compile_step(backend, setup, ctx, spec, loaded)
-    compile_s = sum(ctx.phases.values())
+    result, prepared, outputs, compile_memory = compile_step(backend, setup, ctx, spec, loaded)
+    compiled = result.compiled
+    compile_s = sum(result.phases.values())
     steady = steady_memory(compiled, prepared, loaded)
     emit(phase="numerics")
     numerics = check_numerics(compiled, setup, outputs, spec)
@@ -361,18 +363,18 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "allocator": allocator_in_use(),
         "torch_import_s": torch_import_s,
         "import_s": loaded["import_s"],
-        "compile_phases": dict(ctx.phases),
+        "compile_phases": result.phases,
         "compile_s": compile_s,
         "time_to_first_result_s": torch_import_s + loaded["import_s"] + compile_s,
-        "tuning_s": ctx.tuning_s,
+        "tuning_s": result.tuning_s,
         "load_mb": loaded["load_mb"],
         **compile_memory,
         **steady,
         **numerics,
         **timed,
         "numerics_after_timing": after,
-        "cache": cache_verdict(backend, ctx),
-        "info": ctx.info,
+        "cache": cache_verdict(backend, ctx, result),
+        "info": cell_info(result),
     }
 
 
@@ -399,14 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = measure_cell(spec)
     except BackendUnavailable as exc:
-        result = {"status": "unavailable", "error": str(exc)}
+        result = protocol.ended("unavailable", str(exc))
     except MemoryError as exc:
         traceback.print_exc()
-        result = {"status": "out_of_memory", "error": f"MemoryError in worker: {exc}".strip()}
+        result = protocol.ended("out_of_memory", f"MemoryError in worker: {exc}".strip())
     except Exception as exc:  # any backend error costs only this cell
         traceback.print_exc()
-        status = "out_of_memory" if looks_out_of_memory(str(exc)) else "failed"
-        result = {"status": status, "error": one_line(exc)}
+        status = "out_of_memory" if protocol.looks_out_of_memory(str(exc)) else "failed"
+        result = protocol.ended(status, one_line(exc))
     result["worker_s"] = time.perf_counter() - start
     atomic_write_json(result_path, _to_jsonable(result))
     sys.stdout.flush()

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from adapters.base import Backend, CompileContext, DelegatingSession
+from adapters.base import Backend, CompileContext, CompileResult, DelegatingSession
 from adapters.eager import TorchCompiled
 from compare import dynamic
 from conftest import FIXTURES
@@ -19,11 +19,11 @@ class FakeBackend(Backend):
 
     def compile(self, module, example_inputs, ctx):
         time.sleep(COMPILE_S)
-        return TorchCompiled(module, "cpu")
+        return CompileResult(TorchCompiled(module, "cpu"))
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy == "symbolic":
-            return DelegatingSession(self, self.compile(module, example_inputs, ctx))
+            return DelegatingSession(self, self.compile(module, example_inputs, ctx).compiled)
         return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
 
 

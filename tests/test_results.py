@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -9,7 +10,7 @@ def _results():
     stats = LatencyStats(median=1.0, p10=0.9, p90=1.2, q1=0.95, q3=1.05, mean=1.0, min=0.9, n=3, number=1,
                          samples=[0.9, 1.0, 1.1])
     cell = Cell(workload="mlp", backend="inductor", status="ok", latency_ms=stats, speedup=1.5,
-                max_abs_err=float("nan"), compile_phases={"trace": 1.0})
+                max_abs_err=float("nan"), max_rel_err=float("inf"), compile_phases={"trace": 1.0})
     return RunResults(environment={"threads": 2}, config={}, cells=[cell], run_id="r1")
 
 
@@ -20,8 +21,25 @@ def test_round_trip(tmp_path):
     assert back.schema_version == SCHEMA_VERSION
     cell = back.cells[0]
     assert cell.latency_ms.median == 1.0 and cell.latency_ms.samples == [0.9, 1.0, 1.1]
-    assert cell.max_abs_err == "nan"  # NaN stays valid JSON
-    json.loads((tmp_path / "results.json").read_text())
+    # strict JSON (no NaN, no Infinity tokens); infinity comes back as a float, NaN as null
+    text = (tmp_path / "results.json").read_text()
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
+    assert cell.max_rel_err == math.inf and cell.max_abs_err is None
+    assert '"max_rel_err": 1e999' in text
+
+
+def test_a_version_2_file_is_migrated_on_load(tmp_path):
+    data = _results().to_dict()
+    data["schema_version"] = 2
+    data["cells"][0].update(max_abs_err="nan", max_rel_err="inf")
+    data["cells"].append(dict(workload="conv", backend="ort", status="failed", error="worker killed by node loss: x"))
+    data["cells"].append(dict(workload="conv", backend="tvm", status="timeout", error="no result within 5 s"))
+    data["cells"].append(dict(workload="conv", backend="iree", status="failed", error="compiler crashed"))
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    back = RunResults.load(tmp_path)
+    first, lost, slow, broken = back.cells
+    assert first.max_abs_err is None and first.max_rel_err == math.inf  # no string where a float belongs
+    assert (lost.transient, slow.transient, broken.transient, first.transient) == (True, True, False, False)
 
 
 def test_upsert_replaces_same_key():

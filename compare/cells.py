@@ -1,0 +1,91 @@
+"""What a worker needs for one cell, built from the run's config: its spec (plain JSON:
+it may travel to another node), its identity, its log path and its environment."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from . import environment
+from .results import Cell, ResultsError, variant_label
+
+ALLOCATOR_VARS = ("LD_PRELOAD",)
+
+
+def worker_env(config) -> dict[str, str]:
+    """Same thread count for every backend's runtime, set before any import."""
+    # The allocator is the run's, not whatever the parent happened to inherit.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ALLOCATOR_VARS + environment.SPIN_VARS and not k.startswith("MALLOC_")}
+    for var in environment.THREAD_VARS:
+        env[var] = str(config.threads)
+    env.update(config.malloc_env)
+    if config.thread_spin == "short":
+        env.update(environment.SHORT_SPIN_ENV)
+    env["PYTHONUNBUFFERED"] = "1"
+    # The project root on the path, so workers run from a plain checkout too.
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(environment.PROJECT_ROOT), env.get("PYTHONPATH", "")] if p
+    )
+    return env
+
+
+def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
+    """The cache key of one cell's model: the workload at that batch (through its
+    params) and precision. fp32 keeps the plain key, so existing caches stay valid."""
+    key = workload.with_batch(batch).key(size)
+    return key if dtype == "fp32" else f"{key}-{dtype}"
+
+
+class CellSpecs:
+    """Specs, identities and log paths of the cells of one run."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def spec(self, workload, backend: str, extra: dict[str, Any] | None = None,
+             batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+        """Everything a worker needs to measure one cell. Raises for an invalid user workload."""
+        cfg = self.config
+        return {
+            "workload": workload.name,
+            "workload_files": [str(Path(f).resolve()) for f in cfg.workload_files],
+            "workload_key": variant_key(workload, cfg.size, batch, dtype),
+            "size": cfg.size,
+            "batch": batch,
+            "dtype": dtype,
+            "backend": backend,
+            "device": cfg.device,
+            "threads": cfg.threads,
+            "seed": cfg.seed,
+            "timing": cfg.timing,
+            "options": cfg.options,
+            "cache": cfg.cache,
+            "cache_root": str(Path(cfg.cache_root).resolve()),
+            "memory_limit_mb": cfg.memory_limit_mb,
+            "numerics_draws": cfg.numerics_draws,
+            **(extra or {}),
+        }
+
+    def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+        cfg = self.config
+        return dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads,
+                    batch=batch, dtype=dtype)
+
+    @staticmethod
+    def log_rel(workload, backend: str, batch, dtype: str, label: str = "") -> str:
+        """The cell's worker log, relative to the run folder."""
+        return f"logs/{variant_label(workload.name, batch, dtype)}.{backend}{label}.log"
+
+    def env(self) -> dict[str, str]:
+        return worker_env(self.config)
+
+
+def cell_from_worker(data: dict[str, Any]) -> Cell:
+    """A cell from a worker's fields (plus its identity); an invalid result fails the cell."""
+    try:
+        return Cell.from_dict(data)
+    except (ResultsError, TypeError) as exc:
+        keep = {k: data[k] for k in ("workload", "backend", "size", "device", "threads", "batch", "dtype")
+                if k in data}
+        return Cell(status="failed", error=f"worker returned an invalid result: {exc}", **keep)

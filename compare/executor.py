@@ -1,0 +1,170 @@
+"""Executors: where the planned cells run. The runner plans and records; an executor
+starts the workers, and hands every cell that ends to ``Hooks.record``.
+
+``LocalExecutor`` runs the workers on this machine, one workload's cells at a time and
+timed in turns (``compare.interleave``); ``compare.ray_executor.RayExecutor`` runs each
+cell as a Ray task on whichever node has the cores.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .cells import CellSpecs, cell_from_worker
+from .interleave import run_interleaved
+from .pooling import pool_processes
+from .process import WorkerProcess, execute_worker, kill_group
+from .results import Cell, variant_label
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or SIGTERM: finished cells are saved, the run is marked interrupted."""
+
+
+@dataclass(frozen=True)
+class CellGroup:
+    """The cells of one (workload, batch, dtype): timed together, the reference among them."""
+    workload: Any
+    backends: tuple[str, ...]
+    batch: int | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How an executor tells the runner what happens: a cell starts, a worker enters a
+    phase, a cell ends (the runner records and saves it)."""
+    announce: Callable[[str, str], None]  # (label, backend)
+    phase: Callable[[str, str, str], None]  # (workload, backend, phase)
+    record: Callable[[Cell], None]
+
+
+class Executor(ABC):
+    def __init__(self, specs: CellSpecs, hooks: Hooks, output_dir):
+        self.specs = specs
+        self.config = specs.config
+        self.hooks = hooks
+        self.output_dir = output_dir
+
+    @abstractmethod
+    def run(self, groups: list[CellGroup]) -> None:
+        """Run every cell of ``groups``; record each as it ends. Raises RunInterrupted."""
+
+    def kill(self) -> None:
+        """Kill whatever workers are running (on an interrupt)."""
+
+
+class LocalExecutor(Executor):
+    """Workers on this machine: a group's cells timed in turns, or one after another."""
+
+    def __init__(self, specs: CellSpecs, hooks: Hooks, output_dir):
+        super().__init__(specs, hooks, output_dir)
+        self._workers: list[WorkerProcess] = []
+        self._current = None  # the one worker of a cell run on its own
+
+    def run(self, groups: list[CellGroup]) -> None:
+        for group in groups:
+            for cell in self.run_group(group):
+                self.hooks.record(cell)
+
+    def kill(self) -> None:
+        if self._current is not None:
+            kill_group(self._current)
+        for worker in self._workers:
+            kill_group(worker.proc)
+
+    def run_group(self, group: CellGroup) -> list[Cell]:
+        """The cells of one group, each in ``processes`` fresh workers; with interleaving,
+        one process of every cell at a time, timed in turns."""
+        workload, batch, dtype = group.workload, group.batch, group.dtype
+        if not self.config.interleave:
+            cells = []
+            for b in group.backends:
+                self.hooks.announce(variant_label(workload.name, batch, dtype), b)
+                cells.append(cell_from_worker(self.run_cell(workload, b, batch=batch, dtype=dtype)))
+            return cells
+        specs, runs = {}, {b: [] for b in group.backends}
+        for b in group.backends:
+            try:
+                specs[b] = self.specs.spec(workload, b, {"interleave": True}, batch, dtype)
+            except Exception as exc:  # invalid user workload: the cell fails, the run goes on
+                runs[b].append(dict(status="failed", error=f"{type(exc).__name__}: {exc}"))
+        self._interleave(group, specs, runs)
+        return [cell_from_worker({**self.specs.base(workload, b, batch, dtype), **pool_processes(runs[b]),
+                                  "log": self.specs.log_rel(workload, b, batch, dtype)})
+                for b in group.backends]
+
+    def _interleave(self, group: CellGroup, specs: dict, runs: dict) -> None:
+        rounds = max(1, self.config.processes)
+        announced: set[str] = set()
+        for index in range(rounds):
+            going = [b for b in group.backends if b in specs and all(r.get("status") == "ok" for r in runs[b])]
+            if not going:
+                break
+            members = [b for b in going for _ in range(self._processes_per_round(b, group.backends, rounds))]
+            starts = [self._starter(specs[b], group, b, index, announced) for b in members]
+            ended = run_interleaved(starts, members, "eager", self.config.timeout_s,
+                                    int(self.config.timing.get("max_samples", 300)), on_worker=self._set_worker)
+            for b, result in zip(members, ended):
+                if result is not None:
+                    runs[b].append(result)
+
+    def _processes_per_round(self, backend: str, backends, rounds: int) -> int:
+        # The reference runs in several processes even when the cells run in one: each
+        # process has an offset of its own (±5 % here), and one offset in the reference
+        # would shift every cell's comparison with it. Alone, it is compared with nothing.
+        if backend != "eager" or len(backends) == 1:
+            return 1
+        return max(1, -(-self.config.reference_processes // rounds))
+
+    def _starter(self, spec, group: CellGroup, backend: str, index: int, announced: set[str]):
+        workload = group.workload
+        on_phase = self._phase_reporter(workload.name, backend, index)
+        log = self.output_dir / self.specs.log_rel(workload, backend, group.batch, group.dtype)
+
+        def start() -> WorkerProcess:
+            if backend not in announced:
+                announced.add(backend)
+                self.hooks.announce(variant_label(workload.name, group.batch, group.dtype), backend)
+            return WorkerProcess(dict(spec, process_index=index), log, self.specs.env(), on_phase=on_phase,
+                                 keep_work_dir=self.config.keep_work_dirs)
+        return start
+
+    def _phase_reporter(self, workload_name: str, backend: str, index: int, count: int | None = None):
+        count = count or max(1, self.config.processes)
+
+        def on_phase(phase: str) -> None:
+            self.hooks.phase(workload_name, backend, phase if count == 1 else f"process {index + 1}/{count}: {phase}")
+        return on_phase
+
+    def _set_worker(self, worker) -> None:
+        if worker is None:
+            self._workers = []
+        else:
+            self._workers.append(worker)
+
+    def run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "",
+                 batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+        """One cell in ``processes`` fresh workers, one after another; returns the cell's
+        fields (never raises for anything a worker does: crashes, hangs and bad results
+        become a status). Experiments (``extra``) run in one worker."""
+        cfg = self.config
+        base = self.specs.base(workload, backend, batch, dtype)
+        try:
+            spec = self.specs.spec(workload, backend, extra, batch, dtype)
+        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
+            return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
+        log_rel = self.specs.log_rel(workload, backend, batch, dtype, label)
+        runs, count = [], 1 if extra else max(1, cfg.processes)
+        for index in range(count):
+            runs.append(execute_worker(dict(spec, process_index=index), self.output_dir / log_rel, cfg.timeout_s,
+                                       self.specs.env(), on_phase=self._phase_reporter(workload.name, backend, index, count),
+                                       on_start=self._set_current, keep_work_dir=cfg.keep_work_dirs))
+            self._current = None
+            if runs[-1].get("status") != "ok":
+                break
+        return {**base, **pool_processes(runs), "log": log_rel}
+
+    def _set_current(self, proc) -> None:
+        self._current = proc
