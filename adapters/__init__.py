@@ -1,31 +1,62 @@
-"""Backends, one module each, behind the interface in ``adapters.base``."""
+"""Backends, one module each, behind the interface in ``adapters.base``.
+
+A backend is found, not listed: every module of this package that defines a ``Backend``
+subclass with a ``name`` brings it, and another installed package can add one through
+the ``dlcompare.backends`` entry-point group (``name = "package.module:Class"``).
+Everything else about it (its packages, options, CLI flags, phases) comes from its class.
+"""
 from __future__ import annotations
 
-from .base import Backend, BackendUnavailable, CacheVerdict, Compiled, CompileContext, CompileResult, flatten_outputs
+import functools
+import importlib
+import importlib.metadata
+import inspect
+import pkgutil
 
-__all__ = ["Backend", "BackendUnavailable", "CacheVerdict", "Compiled", "CompileContext", "CompileResult", "flatten_outputs", "get_backend", "backend_names"]
+from .base import Backend, BackendOptions, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, flatten_outputs
+
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "Compiled", "CompileContext",
+           "CompileResult", "backend_classes", "backend_names", "flatten_outputs", "get_backend"]
+
+ENTRY_POINT_GROUP = "dlcompare.backends"
 
 
-def _registry() -> dict[str, type[Backend]]:
-    # Imported lazily: adapter modules import their compiler only inside methods,
-    # so listing backends never pays for (or fails on) a missing package.
-    from .eager import EagerBackend
-    from .inductor import InductorBackend
-    from .iree import IreeBackend
-    from .ort import OrtBackend
-    from .tvm import TvmBackend, TvmUntunedBackend
+def _builtin() -> list[type[Backend]]:
+    # Adapter modules import their compiler only inside methods, so importing every one
+    # never pays for (or fails on) a missing package.
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(cls, Backend) and cls.name and cls.__module__ == module.__name__]
+    return found
 
-    classes: list[type[Backend]] = [EagerBackend, InductorBackend, OrtBackend, TvmUntunedBackend, TvmBackend,
-                                     IreeBackend]
-    return {cls.name: cls for cls in classes}
+
+def _installed() -> list[type[Backend]]:
+    found = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        cls = entry.load()
+        if not (inspect.isclass(cls) and issubclass(cls, Backend) and cls.name):
+            raise TypeError(f"entry point {entry.value!r} in {ENTRY_POINT_GROUP} is not a named Backend class")
+        found.append(cls)
+    return found
+
+
+@functools.cache
+def backend_classes() -> dict[str, type[Backend]]:
+    """Every backend by name, eager first, then in the order of ``Backend.rank``."""
+    classes = {cls.name: cls for cls in _builtin()}
+    for cls in _installed():
+        classes.setdefault(cls.name, cls)  # a built-in name is never replaced
+    return dict(sorted(classes.items(), key=lambda item: (item[1].rank, item[0])))
 
 
 def backend_names() -> list[str]:
-    return list(_registry())
+    return list(backend_classes())
 
 
 def get_backend(name: str) -> Backend:
-    registry = _registry()
+    registry = backend_classes()
     if name not in registry:
         raise KeyError(f"unknown backend {name!r} (known: {', '.join(registry)})")
     return registry[name]()

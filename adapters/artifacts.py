@@ -3,13 +3,13 @@ that names what they were built for and the hash of every file, so a stored
 artifact is used only when it matches this cell and is intact."""
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 META = "artifact.json"
 
@@ -29,17 +29,11 @@ def store_for(backend, ctx) -> tuple[Path, dict[str, Any]]:
     return folder, {"target_key": tkey, "workload_key": ctx.workload_key, "versions": versions}
 
 
-@contextlib.contextmanager
-def locked(folder: Path):
+def locked(folder: Path) -> FileLock:
     """Exclusive lock on a store folder for check + build + load: another run never
     reads an artifact while this one rewrites it."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return FileLock(folder / ".lock")
 
 
 def sha256(path: Path) -> str:

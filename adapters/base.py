@@ -7,17 +7,62 @@ result, nothing else: the runner owns the clock (phases are marked through
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, TypeVar
 
 
 class BackendUnavailable(RuntimeError):
     """Raised by an adapter when it cannot run here (missing package, no device)."""
+
+
+def option(default: Any, help: str, flag: str | None = None, choices: Sequence[str] | None = None,
+           kind: str = "value", metavar: str | None = None) -> Any:
+    """A backend option. With a ``flag`` the CLI offers it (``--flag``); ``kind`` is
+    "value" (typed by the default or ``choices``), "switch" (on/off, stored as a bool),
+    "flag" (present or not), "positive_int" or "positive_float"."""
+    return field(default=default, metadata={"flag": flag, "help": help, "choices": choices, "kind": kind,
+                                            "metavar": metavar})
+
+
+def cuda_arch_option() -> Any:
+    """``--cuda-arch``, shared by the backends that generate CUDA code themselves."""
+    return option(None, "CUDA arch for TVM/IREE code generation (default: the GPU's compute capability)",
+                  flag="cuda-arch", metavar="sm_XY")
+
+
+def cuda_arch(ctx: "CompileContext") -> str:
+    """``--cuda-arch``, else the visible GPU's compute capability (sm_XY)."""
+    if getattr(ctx.options, "cuda_arch", None):
+        return ctx.options.cuda_arch
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+Options = TypeVar("Options", bound="BackendOptions")
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's own settings, declared by the backend (its ``options_type``). The run
+    keeps them all in one plain ``config.options`` dict, keyed by field name; the worker
+    hands each backend its own, typed."""
+
+    @classmethod
+    def from_options(cls: type[Options], options: dict[str, Any]) -> Options:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in options.items() if k in names})
+
+    @classmethod
+    def cli_fields(cls) -> list[dataclasses.Field]:
+        return [f for f in dataclasses.fields(cls) if f.metadata.get("flag")]
 
 
 @dataclass
@@ -31,7 +76,9 @@ class CompileContext:
     work_dir: Path  # scratch space for this cell, deleted afterwards
     cache: str = "cold"  # "cold": build from nothing; "warm": use persistent artifacts
     cache_root: Path | None = None  # persistent store (tuning_logs/), keyed by the adapter
-    options: dict[str, Any] = field(default_factory=dict)  # backend options from the CLI
+    options: Any = field(default_factory=BackendOptions)  # the backend's own options_type
+    seed: int = 0  # the run's seed (a tuner's search)
+    dynamic_max: int | None = None  # the dynamic-shape experiment: the largest size it will call
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds, timed by ``phase``
     # Facts an adapter notes while it compiles (its helpers too); it hands them back as
     # ``CompileResult.info``.
@@ -104,11 +151,15 @@ class Backend(ABC):
 
     name: str = ""
     description: str = ""
-    # distributions whose versions identify this backend (recorded, used in cache keys)
+    # distributions whose versions identify this backend (recorded, used in cache keys,
+    # checked on --resume); optional ones are recorded only where installed
     packages: tuple[str, ...] = ()
+    optional_packages: tuple[str, ...] = ()
     install_hint: str = ""
     devices: tuple[str, ...] = ("cpu",)
     compiles: bool = True  # False for the eager reference: no artifacts, no cache
+    options_type: type[BackendOptions] = BackendOptions  # its settings; flagged fields become CLI options
+    rank: int = 100  # where it stands in listings (eager, the reference, first)
     # Python modules the backend needs, imported by the worker in a timed ``import``
     # phase before compiling: no backend's compile time holds its own imports (or
     # not others'), and the memory they load is measured on its own.
@@ -133,12 +184,14 @@ class Backend(ABC):
         return ()
 
     def versions(self) -> dict[str, str]:
+        """Versions of ``packages`` (recorded in the cell, used in cache keys)."""
         out = {}
         for dist in self.packages:
             try:
                 out[dist] = importlib.metadata.version(dist)
             except importlib.metadata.PackageNotFoundError:
-                out[dist] = "not installed"
+                if dist not in self.optional_packages:
+                    out[dist] = "not installed"
         return out
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .base import Backend, Compiled, CompileContext, CompileResult
+from .base import Backend, CompileContext, Compiled, CompileResult
 
 
 class TorchCompiled(Compiled):
@@ -29,6 +29,7 @@ class TorchCompiled(Compiled):
 
 class EagerBackend(Backend):
     name = "eager"
+    rank = 0  # the reference: first in every listing
     description = "PyTorch eager mode (the reference)"
     packages = ("torch",)
     devices = ("cpu", "cuda")

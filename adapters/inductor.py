@@ -8,19 +8,25 @@ compile) and ``first_call`` (the rest: guards and the first execution).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .base import Backend, Compiled, CompileContext, DelegatingSession, target_key
+from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, option, target_key
 from .eager import TorchCompiled
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def freezing_on(ctx: CompileContext) -> bool:
-    """Freezing (weights folded in as constants, then constant-folded and prepacked) is
-    what PyTorch advises for CPU inference with Inductor, and what ORT, TVM and IREE do
-    with weights anyway; ``--inductor-freezing off`` keeps the old behaviour."""
-    return bool(ctx.options.get("inductor_freezing", True))
+@dataclass(frozen=True)
+class InductorOptions(BackendOptions):
+    inductor_mode: str = option("default", "torch.compile's mode", flag="inductor-mode", choices=MODES)
+    # Freezing (weights folded in as constants, then constant-folded and prepacked) is
+    # what PyTorch advises for CPU inference with Inductor, and what ORT, TVM and IREE
+    # do with weights anyway.
+    inductor_freezing: bool = option(True, "Inductor's freezing (weights as constants, folded and prepacked), "
+                                     "which PyTorch advises for CPU inference (default on)",
+                                     flag="inductor-freezing", kind="switch")
+    dynamic: bool = False  # torch.compile(dynamic=...) for the timed cells
 
 
 def cache_evidence(counters) -> dict[str, int]:
@@ -42,9 +48,11 @@ def cache_result(evidence: dict[str, int]) -> str:
 
 class InductorBackend(Backend):
     name = "inductor"
+    rank = 10
     description = "TorchInductor via torch.compile (C++/OpenMP on CPU, Triton on CUDA)"
     packages = ("torch",)
     devices = ("cpu", "cuda")
+    options_type = InductorOptions
     runtime_modules = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
                        "torch._inductor.scheduler")
 
@@ -54,8 +62,8 @@ class InductorBackend(Backend):
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import torch._inductor.config as config
 
-        return {"mode": ctx.options.get("inductor_mode", "default"), "freezing": freezing_on(ctx),
-                "dynamic": bool(ctx.options.get("dynamic", False)), "cpp_wrapper": bool(config.cpp_wrapper),
+        return {"mode": ctx.options.inductor_mode, "freezing": ctx.options.inductor_freezing,
+                "dynamic": ctx.options.dynamic, "cpp_wrapper": bool(config.cpp_wrapper),
                 "fx_graph_cache": bool(config.fx_graph_cache), "no_grad": True}
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
@@ -67,22 +75,21 @@ class InductorBackend(Backend):
             folder = ctx.work_dir / "inductor-cache"
         return {"TORCHINDUCTOR_CACHE_DIR": str(folder), "TRITON_CACHE_DIR": str(folder / "triton")}
 
-    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Compiled:
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         import torch
         import torch._dynamo
         import torch._inductor.config
         from torch._dynamo.utils import compilation_time_metrics, counters
 
-        mode = ctx.options.get("inductor_mode", "default")
+        mode = ctx.options.inductor_mode
         if mode not in MODES:
             raise ValueError(f"unknown inductor mode {mode!r} (known: {', '.join(MODES)})")
         # The runner points TORCHINDUCTOR_CACHE_DIR at a fresh folder (cold) or the
         # persistent store (warm) before torch is imported; record where it went.
         ctx.info["inductor_cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         ctx.info["inductor_mode"] = mode
-        torch._inductor.config.freezing = freezing_on(ctx)
-        dynamic = ctx.options.get("dynamic", False)
-        compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=dynamic)
+        torch._inductor.config.freezing = ctx.options.inductor_freezing
+        compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=ctx.options.dynamic)
 
         with ctx.phase("compile"):
             with torch.no_grad():
@@ -111,7 +118,7 @@ class InductorBackend(Backend):
         # automatic switch to dynamic); symbolic: one graph with symbolic sizes.
         torch._dynamo.config.recompile_limit = 1024
         torch._dynamo.config.automatic_dynamic_shapes = False
-        torch._inductor.config.freezing = freezing_on(ctx)
+        torch._inductor.config.freezing = ctx.options.inductor_freezing
         compiled = torch.compile(module, backend="inductor", dynamic=(strategy == "symbolic"))
         return DelegatingSession(self, TorchCompiled(compiled, ctx.device),
                                  count=lambda: dict(counters["stats"]).get("unique_graphs", 0))

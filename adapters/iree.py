@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, CacheVerdict, Compiled, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes
+from .base import (
+    Backend,
+    BackendOptions,
+    CacheVerdict,
+    CompileContext,
+    Compiled,
+    CompileResult,
+    DelegatingSession,
+    cuda_arch,
+    cuda_arch_option,
+    export_dynamic_shapes,
+)
 
 VMFB = "module.vmfb"
 
@@ -44,12 +56,19 @@ class IreeCompiled(Compiled):
         return [torch.from_numpy(outputs.to_host().copy())]
 
 
+@dataclass(frozen=True)
+class IreeOptions(BackendOptions):
+    cuda_arch: str | None = cuda_arch_option()
+
+
 class IreeBackend(Backend):
     name = "iree"
+    rank = 50
     description = "IREE (MLIR): iree-turbine export, llvm-cpu codegen for the host CPU"
     packages = ("iree-base-compiler", "iree-base-runtime", "iree-turbine")
     install_hint = "pip install -e '.[iree]'"
     devices = ("cpu", "cuda")
+    options_type = IreeOptions
     runtime_modules = ("iree.compiler", "iree.runtime", "iree.turbine.aot")
     # IREE 3.13 fails to compile for sm_90 (a known upstream bug): fall back through these.
     CUDA_FALLBACKS = ("sm_90", "sm_89", "sm_86", "sm_80")
@@ -86,7 +105,7 @@ class IreeBackend(Backend):
         if strategy != "symbolic":
             return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
         vmfb = ctx.work_dir / "dynamic.vmfb"
-        shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.dynamic_max)
         self._export_and_compile(module, example_inputs, ctx, vmfb, shapes)
         return DelegatingSession(self, self._load(vmfb, ctx))
 
@@ -174,11 +193,6 @@ def iree_worker_threads() -> int | None:
 
 def _cuda_archs(ctx: CompileContext) -> list[str]:
     """The GPU's own arch first (or ``--cuda-arch``), then older ones that compile."""
-    wanted = ctx.options.get("cuda_arch")
-    if not wanted:
-        import torch
-
-        major, minor = torch.cuda.get_device_capability()
-        wanted = f"sm_{major}{minor}"
+    wanted = cuda_arch(ctx)
     fallbacks = [a for a in IreeBackend.CUDA_FALLBACKS if int(a[3:]) < int(wanted[3:])]
     return [wanted] + fallbacks

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, CacheVerdict, Compiled, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes
+from .base import Backend, BackendOptions, CacheVerdict, CompileContext, Compiled, CompileResult, DelegatingSession, export_dynamic_shapes
 
 OPTIMIZED = "optimized.onnx"
 
@@ -65,12 +66,20 @@ class OrtCudaCompiled(OrtCompiled):
         return [torch.from_numpy(o) for o in outputs.copy_outputs_to_cpu()]
 
 
+@dataclass(frozen=True)
+class OrtOptions(BackendOptions):
+    onnx_opset: int = 18  # the exporter's opset
+
+
 class OrtBackend(Backend):
     name = "ort"
+    rank = 20
     description = "ONNX Runtime (dynamo ONNX export, CPU execution provider)"
-    packages = ("onnxruntime", "onnx", "onnxscript")
+    packages = ("onnxruntime", "onnxruntime-gpu", "onnx", "onnxscript")
+    optional_packages = ("onnxruntime-gpu",)
     install_hint = "pip install -e '.[ort]'"
     devices = ("cpu", "cuda")
+    options_type = OrtOptions
     runtime_modules = ("onnxruntime", "onnx", "onnxscript", "torch.onnx._internal.exporter._core")
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
@@ -80,7 +89,7 @@ class OrtBackend(Backend):
         return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": ctx.threads,
                 "inter_op_num_threads": 1, "execution_mode": "ORT_SEQUENTIAL",
                 "session.intra_op.allow_spinning": "0", "enable_cpu_mem_arena": True,
-                "providers": self.providers(ctx), "onnx_opset": ctx.options.get("onnx_opset", 18),
+                "providers": self.providers(ctx), "onnx_opset": ctx.options.onnx_opset,
                 "exporter": "torch.onnx.export(dynamo=True)"}
 
     def required_modules(self) -> tuple[str, ...]:
@@ -143,7 +152,7 @@ class OrtBackend(Backend):
         import onnxruntime as ort
 
         model_path = ctx.work_dir / "model.onnx"
-        shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.dynamic_max)
         self._export(module, example_inputs, ctx, model_path, shapes)
         with ctx.phase("session"):
             session = ort.InferenceSession(str(model_path), sess_options=self._session_options(ort, ctx),
@@ -163,7 +172,7 @@ class OrtBackend(Backend):
                     str(model_path),
                     dynamo=True,
                     external_data=True,
-                    opset_version=ctx.options.get("onnx_opset", 18),
+                    opset_version=ctx.options.onnx_opset,
                     dynamic_shapes=dynamic_shapes,
                 )
         ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from filelock import FileLock
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -89,16 +90,10 @@ class TuningLogStore:
         self.target_key = target_key
         self.workload_key = workload_key
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> FileLock:
         """Exclusive lock across processes: two runs never tune or swap one log at once."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / LOCK_FILE, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return FileLock(self.folder / LOCK_FILE)
 
     def inspect(self) -> LogState:
         """Validate what is stored; foreign or damaged logs are moved aside, never used."""

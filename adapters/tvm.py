@@ -14,11 +14,25 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import (Backend, BackendUnavailable, CacheVerdict, Compiled, CompileContext, CompileResult, DelegatingSession,
-                   export_dynamic_shapes, target_key)
+from .base import (
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    CacheVerdict,
+    CompileContext,
+    Compiled,
+    CompileResult,
+    DelegatingSession,
+    cuda_arch,
+    cuda_arch_option,
+    export_dynamic_shapes,
+    option,
+    target_key,
+)
 from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
@@ -56,7 +70,30 @@ class TvmCompiled(Compiled):
         return flat
 
 
+@dataclass(frozen=True)
+class TvmOptions(BackendOptions):
+    tvm_trials: int = option(DEFAULT_TRIALS, f"MetaSchedule trial budget per workload (default {DEFAULT_TRIALS})",
+                             flag="tvm-trials", kind="positive_int", metavar="N")
+    tvm_trials_per_task: int | None = option(
+        None, "even cap per tuning task (default none: MetaSchedule's task scheduler shares the budget)",
+        flag="tvm-trials-per-task", kind="positive_int", metavar="N")
+    tvm_tune_minutes: float = option(
+        DEFAULT_TUNE_MINUTES, "wall-clock tuning budget per workload; tuning stops at the trial or the time budget, "
+        f"whichever comes first (default {DEFAULT_TUNE_MINUTES:g})", flag="tvm-tune-minutes", kind="positive_float",
+        metavar="M")
+    tvm_default_schedules: str = option(
+        "on", "give every TVM kernel without a tuning record dlight's CPU schedule or a parallel-and-vectorize "
+        "fallback (default on; off: the naked loop nests)", flag="tvm-default-schedules", choices=("on", "off"))
+    tvm_fast_math: str = option(
+        "on", "TVM's fast_erf for GELU and FastMathTransform: exp, tanh, erf, softmax and GELU as vectorizable "
+        "approximations instead of scalar libm calls (default on; off: exact)", flag="tvm-fast-math",
+        choices=("on", "off"))
+    retune: bool = option(False, "discard stored TVM tuning logs and tune again", flag="retune", kind="flag")
+    cuda_arch: str | None = cuda_arch_option()
+
+
 class _TvmBase(Backend):
+    options_type = TvmOptions
     packages = ("apache-tvm", "apache-tvm-ffi")
     install_hint = "pip install -e '.[tvm]'"
     devices = ("cpu", "cuda")
@@ -120,12 +157,7 @@ class _TvmBase(Backend):
         also lets CUDA code be generated on a machine without a GPU)."""
         from tvm.target import Target
 
-        arch = ctx.options.get("cuda_arch")
-        if not arch:
-            import torch
-
-            major, minor = torch.cuda.get_device_capability()
-            arch = f"sm_{major}{minor}"
+        arch = cuda_arch(ctx)
         return Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"}), arch
 
     @staticmethod
@@ -165,6 +197,7 @@ class _TvmBase(Backend):
 
 class TvmUntunedBackend(_TvmBase):
     name = "tvm-untuned"
+    rank = 30
     description = "Apache TVM Relax, default CPU pipeline, no tuning (what tuning buys)"
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext,
@@ -196,19 +229,20 @@ class TvmUntunedBackend(_TvmBase):
         if strategy != "symbolic":
             return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
         # A Relax function with symbolic dims builds once and runs any size.
-        shapes = export_dynamic_shapes(dynamic_dims, ctx.options.get("dynamic_max"))
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.dynamic_max)
         return DelegatingSession(self, self.compile(module, example_inputs, ctx, shapes).compiled)
 
 
 class TvmBackend(_TvmBase):
     name = "tvm"
+    rank = 40
     description = "Apache TVM Relax + MetaSchedule auto-tuning (tuning logs kept and reused)"
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**super().settings(ctx), "tuner": "MetaSchedule (evolutionary search, XGBoost cost model)",
-                "tvm_trials": int(ctx.options.get("tvm_trials", DEFAULT_TRIALS)),
-                "tvm_trials_per_task": ctx.options.get("tvm_trials_per_task"),
-                "tvm_tune_minutes": ctx.options.get("tvm_tune_minutes", DEFAULT_TUNE_MINUTES),
+                "tvm_trials": ctx.options.tvm_trials,
+                "tvm_trials_per_task": ctx.options.tvm_trials_per_task,
+                "tvm_tune_minutes": ctx.options.tvm_tune_minutes,
                 "task_scheduler": "gradient (MetaSchedule's default: budget shared across tasks)",
                 "cpu_weight_prepack": ctx.device != "cuda"}
 
@@ -272,8 +306,8 @@ class TvmBackend(_TvmBase):
         from . import tvm_inspect, tvm_tuning
         from .tvm_tuning import SearchSettings, TuningBudget
 
-        trials = int(ctx.options.get("tvm_trials", DEFAULT_TRIALS))
-        cap = ctx.options.get("tvm_trials_per_task")
+        trials = int(ctx.options.tvm_trials)
+        cap = ctx.options.tvm_trials_per_task
         module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
         log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
         store = TuningLogStore(log_dir, tkey, f"{ctx.workload_key}-{module_hash}")
@@ -283,13 +317,13 @@ class TvmBackend(_TvmBase):
             state = store.inspect()
             if state.warning:
                 info["tuning_log_warning"] = state.warning
-            if ctx.options.get("retune") and state.usable:
+            if ctx.options.retune and state.usable:
                 store.clear()
                 state = store.inspect()
                 info["retuned"] = True
             budget_done = int(state.meta.get("trials_budget", 0)) if state.usable else 0
             budget = TuningBudget(trials=max(trials - budget_done, 0),
-                                  minutes=ctx.options.get("tvm_tune_minutes", DEFAULT_TUNE_MINUTES),
+                                  minutes=ctx.options.tvm_tune_minutes,
                                   trials_per_task=int(cap) if cap else None)
             scratch = ctx.work_dir / "tuning"
             store.copy_into(scratch)  # continue from existing records, never edit them in place
@@ -298,7 +332,7 @@ class TvmBackend(_TvmBase):
                 if budget.trials > 0 and tasks:
                     outcome = tvm_tuning.tune(mod, target, str(scratch), budget,
                                               SearchSettings.for_budget(budget, len(tasks)),
-                                              seed=int(ctx.options.get("seed", 0)), initializer=tvm_inspect.install)
+                                              seed=ctx.seed, initializer=tvm_inspect.install)
             tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if outcome else 0.0)
             if outcome:
                 store.commit(scratch, {"trials_budget": budget_done + budget.trials, "tasks": len(tasks),
@@ -360,11 +394,11 @@ def math_passes(ctx: CompileContext) -> list:
 
 
 def fast_math_on(ctx: CompileContext) -> bool:
-    return ctx.options.get("tvm_fast_math", "on") != "off"
+    return ctx.options.tvm_fast_math != "off"
 
 
 def default_schedules_on(ctx: CompileContext) -> bool:
-    return ctx.options.get("tvm_default_schedules", "on") != "off"
+    return ctx.options.tvm_default_schedules != "off"
 
 
 def canonicalize_negative_indices(exported) -> int:

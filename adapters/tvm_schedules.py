@@ -16,9 +16,7 @@ SCHEDULED_ATTR = "tirx.is_scheduled"
 def _fallback_rule():
     """The rule class, built lazily: it subclasses TVM types, and importing this module
     must not import TVM."""
-    from tvm import s_tir, tirx
-    from tvm.s_tir.dlight.analysis import normalize_prim_func
-    from tvm.s_tir.dlight.base import try_inline
+    from tvm import tirx
     from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
     from tvm.target.codegen import llvm_get_vector_width
 
@@ -40,34 +38,41 @@ def _fallback_rule():
                     continue
             return None
 
-    def _schedule(func, lanes: int):
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            raise ValueError("not a normalizable PrimFunc")
-        for info in try_inline(sch, infos):
-            _parallel_vectorize(sch, info.block_rv, info.dom_kind(), lanes)
-        return sch
-
-    def _parallel_vectorize(sch, block, kinds: str, lanes: int) -> None:
-        loops = sch.get_loops(block)
-        if not loops or "O" in kinds or len(kinds) != len(loops) or kinds[0] != "S":
-            return
-        spatial = [loop for loop, kind in zip(loops, kinds) if kind == "S"]
-        reduce = [loop for loop, kind in zip(loops, kinds) if kind == "R"]
-        inner = None
-        extent = sch.get(spatial[-1]).extent
-        if isinstance(extent, tirx.IntImm) and extent.value % lanes == 0 and extent.value >= lanes and lanes > 1:
-            outer, inner = sch.split(spatial[-1], factors=[None, lanes])
-            spatial = spatial[:-1] + [outer]
-        sch.reorder(*spatial, *reduce, *([inner] if inner is not None else []))
-        sch.parallel(sch.fuse(*spatial))
-        if reduce:
-            sch.decompose_reduction(block, reduce[0])
-        if inner is not None:
-            sch.vectorize(inner)
-
     return CpuFallback()
+
+
+def _schedule(func, lanes: int):
+    from tvm import s_tir
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+    from tvm.s_tir.dlight.base import try_inline
+
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        raise ValueError("not a normalizable PrimFunc")
+    for info in try_inline(sch, infos):
+        _parallel_vectorize(sch, info.block_rv, info.dom_kind(), lanes)
+    return sch
+
+def _parallel_vectorize(sch, block, kinds: str, lanes: int) -> None:
+    from tvm import tirx
+
+    loops = sch.get_loops(block)
+    if not loops or "O" in kinds or len(kinds) != len(loops) or kinds[0] != "S":
+        return
+    spatial = [loop for loop, kind in zip(loops, kinds) if kind == "S"]
+    reduce = [loop for loop, kind in zip(loops, kinds) if kind == "R"]
+    inner = None
+    extent = sch.get(spatial[-1]).extent
+    if isinstance(extent, tirx.IntImm) and extent.value % lanes == 0 and extent.value >= lanes and lanes > 1:
+        outer, inner = sch.split(spatial[-1], factors=[None, lanes])
+        spatial = spatial[:-1] + [outer]
+    sch.reorder(*spatial, *reduce, *([inner] if inner is not None else []))
+    sch.parallel(sch.fuse(*spatial))
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    if inner is not None:
+        sch.vectorize(inner)
 
 
 def default_cpu_schedules(mod: Any, target: Any) -> Any:

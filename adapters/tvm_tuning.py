@@ -216,8 +216,7 @@ class PooledBuilder:
     @staticmethod
     def create(timeout_sec: float, initializer, restart_rounds: int):
         from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-        from tvm.s_tir.meta_schedule.builder import local_builder
+        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder, local_builder
         from tvm.s_tir.meta_schedule.utils import cpu_count
         from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
+import importlib
 import importlib.util
 import re
-import sqlite3
-import datetime as _dt
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -83,9 +84,9 @@ def _dtype_list(value: str) -> list[str]:
 
 def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int,
                        processes: int = 1) -> None:
-    from .allocators import ALLOCATORS, DEFAULT_ALLOCATOR
-
     from workloads import SIZES, SUITES
+
+    from .allocators import ALLOCATORS, DEFAULT_ALLOCATOR
 
     parser.add_argument("--backends", type=_csv, default=_csv(default_backends),
                      help=f"comma-separated backends to compare with eager (default: {default_backends})")
@@ -102,9 +103,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                      help="Python file defining extra workloads (run as code); repeatable")
     parser.add_argument("--size", choices=SIZES, default="default")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--cuda-arch", default=None, metavar="sm_XY",
-                        help="CUDA arch for TVM/IREE code generation (default: the GPU's compute capability)")
-    parser.add_argument("--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)")
+    parser.add_argument(
+        "--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)"
+    )
     parser.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds per cell before it is killed")
     parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
                      help="address-space limit per worker (cells over it are out_of_memory)")
@@ -112,25 +113,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--cache", choices=("cold", "warm"), default="cold",
                      help="cold: compile from nothing; warm: reuse persistent compile artifacts")
     parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
-    parser.add_argument("--inductor-mode", default="default",
-                     choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
-    parser.add_argument("--inductor-freezing", choices=("on", "off"), default="on",
-                        help="Inductor's freezing (weights as constants, folded and prepacked), which PyTorch "
-                             "advises for CPU inference (default on)")
-    parser.add_argument("--tvm-trials", type=_positive_int, default=256, metavar="N",
-                     help="MetaSchedule trial budget per workload (default 256)")
-    parser.add_argument("--tvm-trials-per-task", type=_positive_int, default=None, metavar="N",
-                     help="even cap per tuning task (default none: MetaSchedule's task scheduler shares the budget)")
-    parser.add_argument("--tvm-tune-minutes", type=_positive_float, default=5.0, metavar="M",
-                        help="wall-clock tuning budget per workload; tuning stops at the trial or the time budget, "
-                             "whichever comes first (default 5)")
-    parser.add_argument("--tvm-default-schedules", choices=("on", "off"), default="on",
-                        help="give every TVM kernel without a tuning record dlight's CPU schedule or a "
-                             "parallel-and-vectorize fallback (default on; off: the naked loop nests)")
-    parser.add_argument("--tvm-fast-math", choices=("on", "off"), default="on",
-                        help="TVM's fast_erf for GELU and FastMathTransform: exp, tanh, erf, softmax and GELU as "
-                             "vectorizable approximations instead of scalar libm calls (default on; off: exact)")
-    parser.add_argument("--retune", action="store_true", help="discard stored TVM tuning logs and tune again")
+    _add_backend_options(parser)
     parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
     parser.add_argument("--min-samples", type=_positive_int, default=10)
@@ -170,6 +153,44 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
     parser.add_argument("--resume", default=None, metavar="RUN_DIR",
                         help="finish an interrupted run: only missing cells and transient failures run again")
+
+
+_OPTION_TYPES = {"positive_int": _positive_int, "positive_float": _positive_float}
+
+
+def _add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """Every backend's flagged options (``adapters.base.option``); a flag two backends
+    share (``--cuda-arch``) is offered once."""
+    from adapters import backend_classes
+
+    seen: set[str] = set()
+    for cls in backend_classes().values():
+        for f in cls.options_type.cli_fields():
+            meta = f.metadata
+            if meta["flag"] in seen:
+                continue
+            seen.add(meta["flag"])
+            kwargs: dict = {"dest": f.name, "help": meta["help"]}
+            if meta["kind"] == "flag":
+                kwargs["action"] = "store_true"
+            elif meta["kind"] == "switch":
+                kwargs.update(choices=("on", "off"), default="on" if f.default else "off")
+            else:
+                kwargs.update(default=f.default, choices=meta["choices"], metavar=meta["metavar"],
+                              type=_OPTION_TYPES.get(meta["kind"]))
+            parser.add_argument(f"--{meta['flag']}", **{k: v for k, v in kwargs.items() if v is not None})
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """The run's ``config.options``: every backend option by field name (switches as bools)."""
+    from adapters import backend_classes
+
+    options = {}
+    for cls in backend_classes().values():
+        for f in cls.options_type.cli_fields():
+            value = getattr(args, f.name)
+            options[f.name] = value == "on" if f.metadata["kind"] == "switch" else value
+    return options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,46 +270,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
-        if args.command == "list" or getattr(args, "list", False):
+        if getattr(args, "list", False):
             return cmd_list(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "diff":
-            from . import diff
-
-            return diff.run(args, wide_console())
-        if args.command == "reference":
-            from . import reference
-
-            return reference.run(args, wide_console())
-        if args.command == "history":
-            from . import history
-
-            try:
-                return history.run(args, wide_console())
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-            except sqlite3.DatabaseError as exc:
-                raise UsageError(f"{args.db}: not a readable history database ({exc})") from None
-        if args.command == "tuning-logs":
-            from . import tuning_logs
-
-            return tuning_logs.run(args, wide_console())
-        if args.command == "noise":
-            from .noise import main as noise_main
-
-            return noise_main(args.seconds)
-        if args.command == "overhead":
-            from .overhead import main as overhead_main
-
-            return overhead_main(args.repeats)
-        return cmd_run(args, paper=args.command == "paper")
+        return COMMANDS.get(args.command, cmd_run)(args)
     except (UsageError, WorkloadError, ResultsError, TuningLogsUsage) as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OutputError as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return EXIT_OUTPUT
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from . import history
+
+    try:
+        return history.run(args, wide_console())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        raise UsageError(f"{args.db}: not a readable history database ({exc})") from None
+
+
+def _module_command(module: str, *fields: str):
+    """A subcommand run by ``compare.<module>.run(args, console)`` or, with ``fields``,
+    by ``compare.<module>.main(*those args)``."""
+    def run(args: argparse.Namespace) -> int:
+        target = importlib.import_module(f"compare.{module}")
+        return target.main(*(getattr(args, f) for f in fields)) if fields else target.run(args, wide_console())
+    return run
 
 
 # ----------------------------------------------------------------------------- run
@@ -372,11 +382,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         seed=args.seed,
         timing={"budget_s": args.time_budget, "min_samples": args.min_samples,
                 "sample_warmup": args.sample_warmup == "on"},
-        options={"inductor_mode": args.inductor_mode, "inductor_freezing": args.inductor_freezing == "on",
-                 "tvm_trials": args.tvm_trials, "cuda_arch": args.cuda_arch,
-                 "tvm_trials_per_task": args.tvm_trials_per_task, "tvm_tune_minutes": args.tvm_tune_minutes,
-                 "tvm_default_schedules": args.tvm_default_schedules, "tvm_fast_math": args.tvm_fast_math,
-                 "retune": args.retune, "seed": args.seed},
+        options=backend_options(args),
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
         processes=args.processes,
@@ -395,22 +401,13 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     )
 
 
-RESUME_CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
-                  "--batch": "batches", "--dtype": "dtypes", "--suite": "suite",
-                  "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
-                  "--processes": "processes", "--thread-spin": "thread_spin",
-                  "--reference-processes": "reference_processes"}
-# Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
-RESUME_OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
-                      "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",
-                      "--interleave": "interleave"}
-
-
 def resume_state(args: argparse.Namespace):
-    """The stored run and its config; refuses (UsageError) when what was asked or the
-    machine no longer matches the run being resumed."""
+    """The stored run, its config and how many transient cells run again; refuses
+    (UsageError) when what was asked or the machine no longer matches the run
+    (``compare.resume``)."""
     from . import environment
     from .results import RunResults
+    from .resume import ResumeRefused, plan_resume
     from .runner import RunConfig
 
     stored = RunResults.load(args.resume)
@@ -420,27 +417,11 @@ def resume_state(args: argparse.Namespace):
         raise UsageError(f"{args.resume}: its config cannot be resumed by this dlcompare ({exc})") from None
     config.output_dir = str(Path(args.resume))
     requested = make_config(args, output_dir=Path(args.resume))
-    for flag, attr in RESUME_CHECKED.items():
-        if flag in args.explicit and getattr(requested, attr) != getattr(config, attr):
-            raise UsageError(f"cannot resume {args.resume}: {flag} was {getattr(config, attr)} in that run, "
-                             f"now {getattr(requested, attr)}; start a new run instead")
-    for flag, attr in RESUME_OVERRIDABLE.items():
-        if flag in args.explicit:
-            setattr(config, attr, getattr(requested, attr))
-    now = environment.capture(config.threads, config.device)
-    then = stored.environment
-    for key in ("cpu_model", "cores"):
-        if now.get(key) != then.get(key):
-            raise UsageError(f"cannot resume {args.resume}: {key} was {then.get(key)!r}, now {now.get(key)!r}")
-    for name, version in (then.get("versions") or {}).items():
-        if now["versions"].get(name) != version:
-            raise UsageError(f"cannot resume {args.resume}: {name} was {version}, now "
-                             f"{now['versions'].get(name, 'not installed')}; start a new run instead")
-    kept = [c for c in stored.cells if not c.transient]
-    rerun = len(stored.cells) - len(kept)
-    stored.cells = kept
-    stored.state = "running"
-    return stored, config, rerun
+    try:
+        plan = plan_resume(stored, config, requested, args.explicit, environment.capture(config.threads, config.device))
+    except ResumeRefused as exc:
+        raise UsageError(f"cannot resume {args.resume}: {exc}") from None
+    return plan.results, plan.config, plan.rerun
 
 
 def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
@@ -613,11 +594,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
+    from .derived import fill_derived
     from .html_report import write_html
     from .report import rich_geomean_table, rich_table, write_tables
     from .results import RunResults
-
-    from .derived import fill_derived
 
     results = RunResults.load(args.run_dir)
     fill_derived(results)  # derived figures follow the measured ones (and migrated files get them)
@@ -636,3 +616,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if geo is not None:
         console.print(geo)
     return EXIT_OK
+
+
+# The subcommands other than run (the default) and list.
+COMMANDS = {
+    "paper": lambda args: cmd_run(args, paper=True),
+    "report": lambda args: cmd_report(args),
+    "diff": _module_command("diff"),
+    "reference": _module_command("reference"),
+    "history": cmd_history,
+    "tuning-logs": _module_command("tuning_logs"),
+    "noise": _module_command("noise", "seconds"),
+    "overhead": _module_command("overhead", "repeats"),
+    "list": lambda args: cmd_list(args),
+}

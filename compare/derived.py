@@ -4,8 +4,7 @@ roofline placement. Filled in by the runner before every save, and again by
 ``compare report``, so results.json always carries them."""
 from __future__ import annotations
 
-from .measure import break_even_calls, break_even_interval, speedup_interval
-from .measure import NOISY_REL_IQR
+from .measure import NOISY_REL_IQR, break_even_calls, break_even_interval, speedup_interval
 from .results import Cell, RunResults
 from .roofline import place
 

@@ -26,7 +26,9 @@ from typing import Any
 STRATEGIES = ("specialize", "symbolic", "steady")
 
 
-def shape_plan(workload, size: str, distinct: int, calls: int, seed: int, dim_name: str | None = None) -> dict[str, Any]:
+def shape_plan(
+    workload, size: str, distinct: int, calls: int, seed: int, dim_name: str | None = None
+) -> dict[str, Any]:
     """Which dim varies, its K values (the default size among them), a throwaway warm-up
     value outside them, and the call sequence."""
     specs = workload.input_specs(size)
@@ -35,7 +37,9 @@ def shape_plan(workload, size: str, distinct: int, calls: int, seed: int, dim_na
         raise ValueError(f"workload {workload.name!r} declares no dynamic dims")
     name = dim_name or names[0]
     if name not in names:
-        raise ValueError(f"workload {workload.name!r} has no dynamic dim {name!r} (has: {', '.join(sorted(set(names)))})")
+        raise ValueError(
+            f"workload {workload.name!r} has no dynamic dim {name!r} (has: {', '.join(sorted(set(names)))})"
+        )
     base = next(s.shape[d] for s in specs for d, n in s.dynamic_dims.items() if n == name)
     rng = random.Random(seed)
     # Sizes 0 and 1 are specialized by every symbolic-shape system (broadcasting rules),
@@ -91,7 +95,7 @@ class DynamicSetup:
 def open_session(backend, setup: DynamicSetup, spec: dict[str, Any], ctx, strategy: str):
     """A session for ``strategy``, warmed on the throwaway size; returns it and the seconds
     that took (the symbolic compile, or the first specialized compile, and one call)."""
-    ctx.options["dynamic_max"] = max(setup.plan["values"] + [setup.plan["warmup_value"]])
+    ctx.dynamic_max = max(setup.plan["values"] + [setup.plan["warmup_value"]])
     start = time.perf_counter()
     session = backend.dynamic_session(setup.model(spec), setup.inputs[setup.plan["warmup_value"]], setup.dims,
                                       strategy, ctx)

@@ -24,19 +24,16 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TV
 SHORT_SPIN_ENV = {"GOMP_SPINCOUNT": "10000", "TVM_THREAD_POOL_SPIN_COUNT": "10000"}
 SPIN_VARS = tuple(SHORT_SPIN_ENV)
 
-TRACKED_DISTRIBUTIONS = (
-    "torch",
-    "numpy",
-    "onnx",
-    "onnxscript",
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "apache-tvm",
-    "apache-tvm-ffi",
-    "iree-base-compiler",
-    "iree-base-runtime",
-    "iree-turbine",
-)
+# Always recorded; each backend adds the packages it declares (``Backend.packages``).
+BASE_DISTRIBUTIONS = ("torch", "numpy")
+
+
+def tracked_distributions() -> tuple[str, ...]:
+    """The packages whose versions a run records and ``--resume`` checks."""
+    from adapters import backend_classes
+
+    declared = [dist for cls in backend_classes().values() for dist in cls.packages]
+    return tuple(dict.fromkeys([*BASE_DISTRIBUTIONS, *declared]))
 
 
 def available_cores() -> int:
@@ -82,7 +79,7 @@ def git_commit() -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for dist in TRACKED_DISTRIBUTIONS:
+    for dist in tracked_distributions():
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

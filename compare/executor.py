@@ -84,7 +84,8 @@ class LocalExecutor(Executor):
                 self.hooks.announce(variant_label(workload.name, batch, dtype), b)
                 cells.append(cell_from_worker(self.run_cell(workload, b, batch=batch, dtype=dtype)))
             return cells
-        specs, runs = {}, {b: [] for b in group.backends}
+        specs: dict[str, dict[str, Any]] = {}
+        runs: dict[str, list[dict[str, Any]]] = {b: [] for b in group.backends}
         for b in group.backends:
             try:
                 specs[b] = self.specs.spec(workload, b, {"interleave": True}, batch, dtype)

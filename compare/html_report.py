@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import (SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line,
-                     summary_rows)
+from .report import SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line, summary_rows
 from .results import RunResults, atomic_write_text
-
-PHASE_ORDER = ["export", "frontend", "trace", "codegen", "tune", "build", "compile", "session", "load", "first_call"]
 
 
 def _figure_to_data_uri(fig) -> str:
@@ -101,8 +98,8 @@ def plot_compile_phases(results: RunResults) -> str | None:
         return None
     plt = _plt()
     labels = [f"{c.label}\n{c.backend}" + (f" ({c.cache})" if c.cache else "") for c in cells]
-    phases = [p for p in PHASE_ORDER if any(p in c.compile_phases for c in cells)]
-    phases += sorted({p for c in cells for p in c.compile_phases} - set(phases))
+    # Each cell lists its phases in the order they ran: keep that order, first seen first.
+    phases = list(dict.fromkeys(p for c in cells for p in c.compile_phases))
     fig, ax = plt.subplots(figsize=(7, max(3, 0.35 * len(cells))))
     left = [0.0] * len(cells)
     for phase in phases:
@@ -172,7 +169,9 @@ def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
         ax.axhline(eager.latency_ms.median, color="black", linestyle="--", linewidth=0.8, label="eager")
     if others:
         best = min(others, key=lambda c: c.latency_ms.median)
-        ax.axhline(best.latency_ms.median, color="green", linestyle=":", linewidth=0.8, label=f"best other: {best.backend}")
+        ax.axhline(
+            best.latency_ms.median, color="green", linestyle=":", linewidth=0.8, label=f"best other: {best.backend}"
+        )
     if cell.latency_ms is not None and x_end is not None:
         ax.plot([x_end], [cell.latency_ms.median], "o", color="red", label=f"{cell.backend} measured")
 
@@ -303,7 +302,9 @@ def render_html(results: RunResults) -> str:
             parts += [f"<h2>{esc(title)}</h2>", f"<img alt='{esc(title)}' src='{uri}'>"]
     issues = problems(results)  # failed, timed out, out of memory, unavailable, numerics off
     parts.append("<h2>Failed and unavailable cells</h2>")
-    parts.append("<ul>" + "".join(f"<li class='bad'>{esc(p)}</li>" for p in issues) + "</ul>" if issues else "<p>none</p>")
+    parts.append(
+        "<ul>" + "".join(f"<li class='bad'>{esc(p)}</li>" for p in issues) + "</ul>" if issues else "<p>none</p>"
+    )
     parts += ["<h2>Environment</h2>", f"<pre>{esc(json.dumps(results.environment, indent=2))}</pre>",
               "<h2>Configuration</h2>", f"<pre>{esc(json.dumps(results.config, indent=2))}</pre>",
               "</body></html>"]

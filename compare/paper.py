@@ -28,8 +28,6 @@ PAPER_DYNAMIC = "about 70% lower transition cost, 3.2-10.8% slower steady state"
 def _fmt(value, spec: str = ".3g", none: str = "-") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return none
-    if isinstance(value, str):
-        return value
     return format(value, spec)
 
 
@@ -38,14 +36,33 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def paper_markdown(results: RunResults) -> str:
-    env = results.environment
-    cfg = results.config
+    """paper.md: the protocol, then one section per experiment of the survey."""
+    cells = [c for c in results.cells if c.status == "ok"]
+    compiled = [c for c in cells if c.backend != "eager"]
+    out = _header(results)
+    out += _speedup_section(compiled)
+    out += _amortization_section(compiled)
+    out += _numerics_section(compiled, results.config)
+    dyn = results.experiments.get("dynamic_shapes")
+    out += ["", "## 4. Dynamic shapes", ""] + (_dynamic_section(dyn) if dyn else ["(not run)"])
+    out += _memory_section(cells, results)
+    out += _roofline_section(cells, results.experiments)
+    failed = [c for c in results.cells if c.status != "ok"]
+    if failed:
+        out += ["", "## Cells that did not run", ""] + [f"- {c.label} / {c.backend}: {c.status}: {c.error}" for c in failed]
+    return "\n".join(out) + "\n"
+
+
+def _allocator(results: RunResults) -> str:
+    return results.environment.get("allocator", results.config.get("allocator", "glibc-tuned"))
+
+
+def _header(results: RunResults) -> list[str]:
+    env, cfg = results.environment, results.config
     this_run = (f"this run: {env.get('cpu_model', '?')} ({env.get('device', 'cpu')}), "
                 f"{env.get('threads')} thread(s), size {cfg.get('size')}")
-    cells = [c for c in results.cells if c.status == "ok"]
-    failed = [c for c in results.cells if c.status != "ok"]
     timing = cfg.get("timing", {})
-    out = [
+    return [
         f"# The survey's experiments on this machine (run {results.run_id})",
         "",
         f"Paper figures are quoted from the survey ({PAPER_LABEL}); every other number was measured in this run "
@@ -56,30 +73,31 @@ def paper_markdown(results: RunResults) -> str:
         f"{env.get('threads')} thread(s) for every backend, every cell in its own worker process, eager timed "
         f"alternately with each backend in the same worker (soft budget {timing.get('budget_s')} s, at least "
         f"{timing.get('min_samples')} samples per process), {cfg.get('processes', 1)} fresh worker process(es) per "
-        f"cell with their samples pooled, medians reported. Allocator: "
-        f"{env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}.",
+        f"cell with their samples pooled, medians reported. Allocator: {_allocator(results)}.",
     ]
 
-    # 1. static speedups
-    rows = []
-    for c in cells:
-        if c.backend == "eager":
-            continue
-        rows.append({
-            "workload": c.label, "backend": c.backend,
-            "latency ms (median)": _fmt(c.latency_ms.median, ".4g"),
-            "p10-p90 ms": f"{c.latency_ms.p10:.4g}-{c.latency_ms.p90:.4g}",
-            "eager ms": _fmt(c.eager_latency_ms, ".4g"),
-            "speedup [95% CI]": f"{c.speedup:.2f}x [{c.speedup_ci[0]:.2f}-{c.speedup_ci[1]:.2f}]" if c.speedup_ci else _fmt(c.speedup, ".2f"),
-            PAPER_LABEL: PAPER_SPEEDUP.get(c.workload, "-"),
-        })
-    out += ["", "## 1. Static-shape speedups", "",
+
+def _speedup_cell(c) -> str:
+    if c.speedup_ci:
+        return f"{c.speedup:.2f}x [{c.speedup_ci[0]:.2f}-{c.speedup_ci[1]:.2f}]"
+    return _fmt(c.speedup, ".2f")
+
+
+def _speedup_section(cells) -> list[str]:
+    rows = [{"workload": c.label, "backend": c.backend,
+             "latency ms (median)": _fmt(c.latency_ms.median, ".4g"),
+             "p10-p90 ms": f"{c.latency_ms.p10:.4g}-{c.latency_ms.p90:.4g}",
+             "eager ms": _fmt(c.eager_latency_ms, ".4g"),
+             "speedup [95% CI]": _speedup_cell(c),
+             PAPER_LABEL: PAPER_SPEEDUP.get(c.workload, "-")} for c in cells]
+    return ["", "## 1. Static-shape speedups", "",
             "Median latency per call and speedup over eager (ratio of medians, bootstrap 95% CI).", "", _table(rows)]
 
-    # 2. amortization
+
+def _amortization_section(cells) -> list[str]:
     rows = []
     for c in cells:
-        if c.backend == "eager" or not c.amortization:
+        if not c.amortization:
             continue
         row = {"workload": c.label, "backend": c.backend, "compile s": _fmt(c.compile_s, ".3g"),
                "tuning s behind the log": _fmt(c.tuning_s, ".0f") if "tune" in c.compile_phases else "-",
@@ -88,86 +106,69 @@ def paper_markdown(results: RunResults) -> str:
             if point["calls"] in (100, 10_000, 1_000_000):
                 row[f"n={point['calls']:,}: compiled/eager s"] = f"{point['compiled_s']:.3g} / {point['eager_s']:.3g}"
         rows.append(row)
-    out += ["", "## 2. Compile-cost amortization", "",
+    return ["", "## 2. Compile-cost amortization", "",
             "break_even = everything paid / (eager latency - compiled latency), where everything paid is the "
             "compile time plus, for a tuned backend, all the tuning behind its log (run now or earlier; the figure "
             "without tuning is in parentheses). 'never' when the speedup's 95% interval reaches 1. The interval "
-            "comes from the same paired bootstrap as the speedup. Cumulative time after n calls = compile + n x latency against n x eager latency (all decades "
-            f"from 1 to 10^7 are in results.json, field `amortization`). Paper: {PAPER_BREAK_EVEN}.", "", _table(rows)]
+            "comes from the same paired bootstrap as the speedup. Cumulative time after n calls = compile + n x "
+            "latency against n x eager latency (all decades from 1 to 10^7 are in results.json, field "
+            f"`amortization`). Paper: {PAPER_BREAK_EVEN}.", "", _table(rows)]
 
-    # 3. numerics
-    rows = []
-    worst = 0.0
-    for c in cells:
-        if c.backend == "eager":
-            continue
-        worst = max(worst, c.max_abs_err if isinstance(c.max_abs_err, float) else math.inf)
-        rows.append({"workload": c.label, "backend": c.backend, "draws": c.numerics_draws,
-                     "max abs vs eager fp32": _fmt(c.max_abs_err), "max rel vs eager fp32": _fmt(c.max_rel_err),
-                     "max abs vs fp64": _fmt(c.max_abs_err_fp64), "eager's own max abs vs fp64": _fmt(c.eager_max_abs_err_fp64),
-                     "within tolerance": "yes" if c.numerics_ok else f"NO: {c.numerics_error}"})
-    out += ["", "## 3. Numerical agreement", "",
+
+def _numerics_section(cells, cfg: dict[str, Any]) -> list[str]:
+    rows = [{"workload": c.label, "backend": c.backend, "draws": c.numerics_draws,
+             "max abs vs eager fp32": _fmt(c.max_abs_err), "max rel vs eager fp32": _fmt(c.max_rel_err),
+             "max abs vs fp64": _fmt(c.max_abs_err_fp64), "eager's own max abs vs fp64": _fmt(c.eager_max_abs_err_fp64),
+             "within tolerance": "yes" if c.numerics_ok else f"NO: {c.numerics_error}"} for c in cells]
+    # a non-finite error is stored as null: the worst case then is "not a number"
+    worst = max((math.inf if c.max_abs_err is None else c.max_abs_err for c in cells), default=0.0)
+    return ["", "## 3. Numerical agreement", "",
             f"Worst case over {cfg.get('numerics_draws', 1)} fresh seeded input draws per cell. Relative error divides "
             "by max(|reference|, atol) so references near zero do not explode it. Sampled inputs are a check, not a "
             f"proof. Worst max-abs vs eager in this run: {worst:.3g}. Paper: {PAPER_NUMERICS}.", "", _table(rows)]
 
-    # 4. dynamic shapes
-    dyn = results.experiments.get("dynamic_shapes")
-    out += ["", "## 4. Dynamic shapes", ""]
-    if dyn:
-        out += _dynamic_section(dyn)
-    else:
-        out.append("(not run)")
 
-    # 5. memory
+def _memory_section(cells, results: RunResults) -> list[str]:
     rows = [{"workload": c.label, "backend": c.backend, "load MB": _fmt(c.load_mb, ".0f"),
              "compile peak MB": _fmt(c.compile_peak_mb, ".0f"),
              "of which child processes": _fmt(c.compile_children_peak_mb, ".0f"),
              "steady state MB": _fmt(c.steady_state_mb, ".1f"), "one call's transient MB": _fmt(c.call_peak_mb, ".1f")}
             for c in cells]
-    out += ["", "## 5. Memory", "",
+    return ["", "## 5. Memory", "",
             "Three figures per cell, in MB. *Load*: the resident memory that importing the backend's libraries and "
             "runtime added. *Compile peak*: the high-water mark of the worker plus its child processes (Inductor's "
             "compile workers, TVM's builder and runner pools; sampled every 20 ms, the worker's own peak exact) "
             "through compile and the first two calls, above the RSS after loading. *Steady state*: what stays "
             "resident after warm-up above the RSS after loading (compiled code, constants, arenas), read after "
             "glibc's malloc_trim so that it does not depend on the trim threshold. Allocator of this run: "
-            f"{env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}. Under glibc-tuned and system glibc the "
+            f"{_allocator(results)}. Under glibc-tuned and system glibc the "
             "figures are comparable; under jemalloc/tcmalloc freed pages stay with the allocator, so compile "
             "leftovers count in the steady state. The paper does not report memory.", "", _table(rows)]
 
-    # 6. roofline
-    ceilings = results.experiments.get("roofline_ceilings")
-    out += ["", "## 6. Roofline", ""]
-    if ceilings:
-        from .roofline import ceiling_check
 
-        out.append(f"Ceilings of this machine: compute {ceilings['peak_gflops']:.1f} GFLOP/s "
-                   f"({ceilings.get('compute_source', ceilings['method'])}); memory {ceilings['peak_gbps']:.1f} GB/s "
-                   f"({ceilings.get('memory_source', ceilings['method'])}). FLOPs = torch's flop counter for "
-                   "matmul/conv plus a documented per-element cost for pointwise, normalization and reduction ops "
-                   "(transcendentals cost 10-16, see compare/roofline.py); minimum bytes = inputs + weights + "
-                   "outputs once. Fraction = roofline-bound time / measured time.")
-        rows = []
-        for c in cells:
-            if not c.roofline:
-                continue
-            rows.append({"workload": c.label, "backend": c.backend, "GFLOP": _fmt(c.work["flops"] / 1e9, ".3g"),
-                         "of which pointwise": _fmt(c.work.get("pointwise_flops", 0) / 1e9, ".3g"),
-                         "MB": _fmt(c.work["min_bytes"] / 1e6, ".3g"), "bound": c.roofline["bound"],
-                         "GFLOP/s": _fmt(c.roofline["achieved_gflops"], ".3g"),
-                         "GB/s": _fmt(c.roofline["achieved_gbps"], ".3g"),
-                         "fraction of roofline": f"{c.roofline['fraction_of_roofline'] * 100:.1f}%"})
-        out += ["", _table(rows)]
-        exceeded = ceiling_check(cells, ceilings)
-        out += ["", "Where a measured ceiling does not bound what a backend reached:", ""]
-        out += [f"- {note}" for note in exceeded] if exceeded else ["- nowhere: every cell is under both ceilings."]
-    else:
-        out.append(f"(ceilings not measured: {results.experiments.get('roofline_ceilings_error', 'not run')})")
+def _roofline_section(cells, experiments: dict[str, Any]) -> list[str]:
+    ceilings = experiments.get("roofline_ceilings")
+    out = ["", "## 6. Roofline", ""]
+    if not ceilings:
+        return out + [f"(ceilings not measured: {experiments.get('roofline_ceilings_error', 'not run')})"]
+    from .roofline import ceiling_check
 
-    if failed:
-        out += ["", "## Cells that did not run", ""] + [f"- {c.label} / {c.backend}: {c.status}: {c.error}" for c in failed]
-    return "\n".join(out) + "\n"
+    out.append(f"Ceilings of this machine: compute {ceilings['peak_gflops']:.1f} GFLOP/s "
+               f"({ceilings.get('compute_source', ceilings['method'])}); memory {ceilings['peak_gbps']:.1f} GB/s "
+               f"({ceilings.get('memory_source', ceilings['method'])}). FLOPs = torch's flop counter for "
+               "matmul/conv plus a documented per-element cost for pointwise, normalization and reduction ops "
+               "(transcendentals cost 10-16, see compare/roofline.py); minimum bytes = inputs + weights + "
+               "outputs once. Fraction = roofline-bound time / measured time.")
+    rows = [{"workload": c.label, "backend": c.backend, "GFLOP": _fmt(c.work["flops"] / 1e9, ".3g"),
+             "of which pointwise": _fmt(c.work.get("pointwise_flops", 0) / 1e9, ".3g"),
+             "MB": _fmt(c.work["min_bytes"] / 1e6, ".3g"), "bound": c.roofline["bound"],
+             "GFLOP/s": _fmt(c.roofline["achieved_gflops"], ".3g"),
+             "GB/s": _fmt(c.roofline["achieved_gbps"], ".3g"),
+             "fraction of roofline": f"{c.roofline['fraction_of_roofline'] * 100:.1f}%"} for c in cells if c.roofline]
+    out += ["", _table(rows)]
+    exceeded = ceiling_check(cells, ceilings)
+    out += ["", "Where a measured ceiling does not bound what a backend reached:", ""]
+    return out + ([f"- {note}" for note in exceeded] if exceeded else ["- nowhere: every cell is under both ceilings."])
 
 
 def _dynamic_section(dyn: dict[str, Any]) -> list[str]:

@@ -189,6 +189,12 @@ class RunResults:
             "experiments": self.experiments,
         }
 
+    def to_pandas(self):
+        """One row per cell: the columns of results.csv (``compare.report.cell_row``)."""
+        from .report import cells_frame
+
+        return cells_frame(self)
+
     def upsert(self, cell: Cell) -> None:
         """Replace the cell with the same key, or append."""
         for i, existing in enumerate(self.cells):

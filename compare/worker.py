@@ -28,6 +28,7 @@ from typing import Any
 from . import memory, protocol
 from .measure import torch_dtype
 
+
 def emit(**event: Any) -> None:
     sys.stdout.write(protocol.encode_event(**event))
     sys.stdout.flush()
@@ -88,7 +89,8 @@ def prepare_worker(spec: dict[str, Any]):
         work_dir=Path(spec["work_dir"]),
         cache=spec.get("cache", "cold"),
         cache_root=Path(spec["cache_root"]) if spec.get("cache_root") else None,
-        options=spec.get("options", {}),
+        options=backend.options_type.from_options(spec.get("options", {})),
+        seed=int(spec.get("seed", 0)),
         on_phase=lambda name: emit(phase=name),
     )
     # Before torch is imported: cache folders and thread pools read the environment once.
@@ -275,7 +277,7 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any
     in one go, or in slices the parent asks for (``spec["interleave"]``)."""
     from adapters.eager import TorchCompiled
 
-    from .measure import AlternatingSampler, TimingConfig, Timed
+    from .measure import AlternatingSampler, Timed, TimingConfig
 
     timing = TimingConfig(**spec.get("timing", {}))
     candidates = [Timed(compiled.run, prepared, compiled.synchronize)]

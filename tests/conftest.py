@@ -10,6 +10,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+# Timing flags for tests that check behaviour, not speed: a short budget, few samples.
+FAST = ["--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1"]
+
+
 def run_cli(*args, cwd=None, timeout=900, env=None):
     """Run ``python -m compare ARGS`` as a user would; returns CompletedProcess."""
     full_env = dict(os.environ)

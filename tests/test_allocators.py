@@ -8,6 +8,7 @@ COMMON = ["--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads
           "--size", "small", "--time-budget", "0.2", "--min-samples", "3"]
 
 
+@pytest.mark.unit
 def test_allocator_environments():
     assert allocators.allocator_env("system") == {}
     assert allocators.resolve("auto") in ("tcmalloc", "glibc-tuned")
@@ -16,6 +17,7 @@ def test_allocator_environments():
         allocators.allocator_env("mimalloc")
 
 
+@pytest.mark.unit
 def test_a_missing_library_is_a_one_line_usage_error(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(allocators, "find_library", lambda name: None)
     code = cli.main(["--allocator", "jemalloc", *map(str, COMMON), "--output-dir", str(tmp_path)])

@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from conftest import load_results, run_cli
+from conftest import FAST, load_results, run_cli
 
 BACKENDS = ["inductor", "ort", "iree"]
 # Freezing off: with it, torch 2.13 bypasses Inductor's FX-graph cache on CPU (see
 # test_frozen_graphs_are_reported_as_bypassed), and this file tests the cache itself.
-COMMON = ["--workloads", "mlp", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--threads", "1",
+COMMON = ["--workloads", "mlp", "--size", "small", *FAST, "--threads", "1",
           "--inductor-freezing", "off"]
 
 
@@ -20,25 +20,28 @@ def _cells(out):
 def warm_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("cache")
     store = base / "store"
-    runs = []
+    runs, stored_after = [], {}
     for name in ("cold", "warm1", "warm2"):
         mode = "cold" if name == "cold" else "warm"
         proc = run_cli("--backends", ",".join(BACKENDS), *COMMON, "--cache", mode, "--tuning-logs", store,
                        "--output-dir", base / name)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         runs.append(_cells(base / name))
-    return base, store, runs
+        stored_after[name] = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
+    return base, store, runs, stored_after
 
 
 def test_cold_writes_nothing_persistent(warm_runs):
-    base, store, (cold, _, _) = warm_runs
+    base, store, (cold, _, _), stored_after = warm_runs
+    assert stored_after["cold"] == []  # the cold run left the store empty ...
+    assert any(path.startswith(BACKENDS[0]) for path in stored_after["warm1"])  # ... where a warm one writes
     for b in BACKENDS:
-        assert cold[b]["cache"] == "cold"
+        assert cold[b]["cache"] == "cold" and cold[b]["numerics_ok"] is True
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_warm_second_run_hits_and_compiles_faster(warm_runs, backend):
-    base, store, (cold, first, second) = warm_runs
+    base, store, (cold, first, second), _ = warm_runs
     assert first[backend]["cache"] == "miss", first[backend]["info"]
     assert second[backend]["cache"] == "hit", second[backend]["info"]
     assert second[backend]["compile_s"] < first[backend]["compile_s"]
@@ -80,6 +83,7 @@ def test_inductor_key_holds_the_torch_version(warm_runs):
     assert "torch2.13.0" in target_dir.name and "1t" in target_dir.name
 
 
+@pytest.mark.unit
 def test_frozen_graphs_are_reported_as_bypassed():
     from collections import Counter
 

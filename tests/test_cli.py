@@ -60,6 +60,7 @@ def test_noise_benchmark_prints_the_spread():
     assert "windows of 0.1 s" in proc.stdout and "per-second medians: fastest" in proc.stdout
 
 
+@pytest.mark.unit
 def test_noise_summary_arithmetic():
     from compare.noise import summary
 

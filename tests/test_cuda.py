@@ -9,7 +9,7 @@ from conftest import FIXTURES, load_results, run_cli
 from workloads import build_model, load_workload_file, make_inputs
 
 HAS_GPU = torch.cuda.is_available()
-(TINY,) = load_workload_file(FIXTURES / "tiny_workloads.py")
+TINY = next(w for w in load_workload_file(FIXTURES / "tiny_workloads.py") if w.name == "tiny_linear")
 
 
 def _ctx(tmp_path, arch):

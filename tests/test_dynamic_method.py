@@ -9,6 +9,8 @@ from compare import dynamic
 from conftest import FIXTURES
 from workloads import resolve_workloads
 
+pytestmark = pytest.mark.unit
+
 COMPILE_S = 0.15  # what one compile costs the fake backend
 
 

@@ -21,7 +21,7 @@ from adapters import artifacts
 from adapters.tuning_store import RECORD_FILE, TuningLogStore
 from compare.cli import main as cli_main
 from compare.results import ResultsError, RunResults
-from conftest import FIXTURES, ROOT, load_results, run_cli
+from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
 from workloads import TensorSpec, Workload, WorkloadError
 
 FAULTY = FIXTURES / "faulty_workloads.py"
@@ -57,7 +57,7 @@ def _no_temp_files(folder: Path) -> bool:
 def test_interrupt_keeps_every_finished_cell(tmp_path, sig, code):
     out = tmp_path / "run"
     proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,fine2,hangs,makes_nan",
-                  "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
+                  "--size", "small", "--timeout", "600", *FAST,
                   "--output-dir", out, "--quiet")
     before = _wait_for_cells(out, 2)  # fine and fine2 done; the hang is running
     time.sleep(2.0)
@@ -81,7 +81,7 @@ def test_killed_worker_then_resume(tmp_path):
     psutil = pytest.importorskip("psutil")
     out = tmp_path / "run"
     proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,hangs,fine2",
-                  "--size", "small", "--timeout", "600", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
+                  "--size", "small", "--timeout", "600", *FAST,
                   "--output-dir", out, "--quiet")
     before = _wait_for_cells(out, 1)
     time.sleep(3.0)  # the "hangs" worker is sleeping now
@@ -125,6 +125,7 @@ def test_resume_refuses_corrupt_or_foreign_results(tmp_path):
     faults.record("resume from a corrupt/foreign results.json", 2, 0)
 
 
+@pytest.mark.unit
 def test_truncated_results_at_random_offsets(tmp_path):
     source = RunResults(environment={"threads": 1}, config={}, run_id="r")
     from compare.results import Cell
@@ -150,6 +151,7 @@ def _fake_log(folder: Path):
     return store
 
 
+@pytest.mark.unit
 def test_tuning_log_truncated_at_random_offsets(tmp_path):
     rng = random.Random(1)
     count = 0
@@ -167,6 +169,7 @@ def test_tuning_log_truncated_at_random_offsets(tmp_path):
     faults.record("tuning log truncated at a random offset", count, 0)
 
 
+@pytest.mark.unit
 def test_corrupt_cache_artifact_is_a_miss(tmp_path):
     folder = tmp_path / "art"
     folder.mkdir()
@@ -187,7 +190,7 @@ def test_corrupt_cache_artifact_is_a_miss(tmp_path):
 def test_memory_limit_records_out_of_memory(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--backends", "eager", "--workload-file", FAULTY, "--workloads", "hog,fine", "--size", "small",
-                   "--memory-limit", "6000", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--output-dir", out)
+                   "--memory-limit", "6000", *FAST, "--output-dir", out)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     cells = _cells_by_key(load_results(out))
     assert cells[("hog", "eager")]["status"] == "out_of_memory", cells[("hog", "eager")]
@@ -198,7 +201,7 @@ def test_memory_limit_records_out_of_memory(tmp_path):
 def test_nan_and_wrong_outputs_are_reported_not_crashed(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--backends", "eager", "--workload-file", FAULTY, "--workloads", "makes_nan,wrong_output,fine",
-                   "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--output-dir", out)
+                   "--size", "small", *FAST, "--output-dir", out)
     assert proc.returncode == 1
     cells = _cells_by_key(load_results(out))
     assert cells[("makes_nan", "eager")]["numerics_ok"] is False
@@ -211,7 +214,7 @@ def test_nan_and_wrong_outputs_are_reported_not_crashed(tmp_path):
 def test_two_runs_at_once_share_logs_and_reports(tmp_path):
     """Two processes, one tuning-log folder, one reports folder, same workload."""
     common = ["--backends", "ort,iree", "--workloads", "mlp", "--size", "small", "--cache", "warm",
-              "--tuning-logs", tmp_path / "logs", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--quiet"]
+              "--tuning-logs", tmp_path / "logs", *FAST, "--quiet"]
     (tmp_path / "reports").mkdir()
     procs = [_start(*common, cwd=tmp_path) for _ in range(2)]
     for p in procs:
@@ -234,7 +237,7 @@ def test_two_runs_at_once_share_logs_and_reports(tmp_path):
 def test_two_runs_tune_one_log_without_double_counting(tmp_path):
     common = ["--backends", "tvm", "--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear",
               "--size", "small", "--tvm-trials", "2",
-              "--tuning-logs", tmp_path / "logs", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--quiet"]
+              "--tuning-logs", tmp_path / "logs", *FAST, "--quiet"]
     procs = [_start(*common, "--output-dir", tmp_path / f"r{i}") for i in range(2)]
     for p in procs:
         p.communicate(timeout=900)
@@ -255,29 +258,46 @@ def _cli(argv):
     return code, err.getvalue()
 
 
+def _accepted_value_is_valid(flag: str, value: str) -> bool:
+    from adapters import backend_names
+
+    if flag in ("--threads", "--memory-limit"):
+        return value.strip().isdigit() and int(value) > 0
+    if flag in ("--timeout", "--time-budget"):
+        return 0 < float(value) < float("inf")
+    if flag == "--backends":
+        return all(b.strip() in backend_names() for b in value.split(",") if b.strip())
+    return False  # --size, --device, --cache: valid values were filtered out before
+
+
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flag=st.sampled_from(["--threads", "--timeout", "--size", "--backends", "--workloads", "--memory-limit",
                              "--device", "--cache", "--time-budget"]),
        value=st.text(min_size=1, max_size=12).filter(lambda v: not v.startswith("-")))
 def test_fuzzed_cli_values_fail_cleanly(flag, value, tmp_path_factory):
-    out = tmp_path_factory.mktemp("fuzz")
+    """Every value is validated as a run would validate it (nothing runs): either it is a
+    valid value for its flag, or the CLI refuses it in one line with exit code 2."""
+    from compare import cli
+    from workloads import WorkloadError
+
     valid = {"--size": {"small", "default", "large"}, "--device": {"cpu", "cuda"}, "--cache": {"cold", "warm"}}
     if value.strip() in valid.get(flag, set()):
         return
-    if flag in ("--threads", "--timeout", "--memory-limit", "--time-budget"):
-        try:
-            if float(value) > 0 and float(value) != float("inf"):
-                return  # a valid number: would start a real run
-        except ValueError:
-            pass
-    code, err = _cli([flag, value, "--output-dir", str(out / "x"), "--list"] if flag != "--workloads" else
-                     [flag, value, "--output-dir", str(out / "x"), "--workloads", value, "--backends", "nope"])
+    argv = [flag, value, "--output-dir", str(tmp_path_factory.mktemp("fuzz") / "x")]
+    if flag == "--workloads":
+        argv += ["--backends", "nope"]
     faults.record("fuzzed CLI value", 1, 0)
-    assert code in (0, 2)  # --list may accept it (it ignores run options); otherwise a usage error
-    if code == 2:
-        assert err.startswith("compare: error:") and err.count("\n") == 1
+    try:
+        cli.make_config(cli.parse(argv))
+    except (cli.UsageError, WorkloadError):
+        code, err = _cli(argv)
+        assert code == 2 and err.startswith("compare: error:") and err.count("\n") == 1, err
+    else:
+        assert _accepted_value_is_valid(flag, value), f"{flag} {value!r} was accepted"
 
 
+@pytest.mark.unit
 @settings(max_examples=150, deadline=None)
 @given(shape=st.lists(st.one_of(st.integers(-5, 2**40), st.floats(allow_nan=True), st.text(max_size=3)),
                       min_size=0, max_size=5),

@@ -1,6 +1,10 @@
 """The interleaving coordinator, on fake workers (no processes): turns, stopping, the
 reference's coverage, and a worker that dies in its turn."""
+import pytest
+
 from compare.interleave import run_interleaved
+
+pytestmark = pytest.mark.unit
 
 
 class FakeWorker:

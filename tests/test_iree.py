@@ -3,13 +3,13 @@ import importlib.util
 
 import pytest
 
-from conftest import load_results, run_cli
+from conftest import FAST, load_results, run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("iree.turbine") is None, reason="iree-turbine not installed")
 
 
 def test_iree_small_five_workloads(tmp_path):
-    proc = run_cli("--backends", "iree", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
+    proc = run_cli("--backends", "iree", "--size", "small", *FAST,
                    "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree"]
@@ -27,7 +27,7 @@ def test_iree_small_five_workloads(tmp_path):
 
 def test_iree_one_thread_uses_local_sync(tmp_path):
     proc = run_cli("--backends", "iree", "--workloads", "mlp", "--size", "small", "--threads", "1",
-                   "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--output-dir", tmp_path)
+                   *FAST, "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree")
     assert cell["info"]["driver"] == "local-sync" and cell["threads"] == 1

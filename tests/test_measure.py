@@ -15,6 +15,8 @@ from compare.measure import (
     time_alternating,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_break_even_arithmetic():
     # 10 s of compile, 2 ms saved per call -> 5000 calls

@@ -6,8 +6,8 @@ import pytest
 
 from compare.derived import fill_derived, reference_spread
 from compare.measure import (
-    break_even_interval,
     bootstrap_medians,
+    break_even_interval,
     fp32_verdict,
     numerics_verdict,
     paired_bootstrap_medians,
@@ -16,6 +16,8 @@ from compare.measure import (
 from compare.pooling import pool_processes
 from compare.report import geomean_rows
 from compare.results import Cell, LatencyStats, RunResults
+
+pytestmark = pytest.mark.unit
 
 RNG = np.random.default_rng(7)
 

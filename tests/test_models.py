@@ -4,13 +4,14 @@ import math
 import pytest
 import torch
 
-from conftest import FIXTURES, load_results, run_cli
+from conftest import FAST, FIXTURES, load_results, run_cli
 from workloads import WorkloadError, build_model, builtin_workloads, make_inputs, resolve_workloads
 
 MODELS = ["resnet", "mobilenet_v2", "bert", "gpt2", "vit"]
 TINY = FIXTURES / "tiny_workloads.py"
 
 
+@pytest.mark.unit
 def test_model_suite_is_selected_by_suite():
     assert list(builtin_workloads("models")) == MODELS
     assert [w.name for w in resolve_workloads(None, suite="models")] == MODELS
@@ -21,6 +22,7 @@ def test_model_suite_is_selected_by_suite():
         resolve_workloads(None, suite="nope")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", MODELS)
 def test_small_model_is_deterministic_finite_and_batchable(name):
     w = builtin_workloads()[name]
@@ -38,6 +40,7 @@ def test_small_model_is_deterministic_finite_and_batchable(name):
     assert out.shape[0] == 3
 
 
+@pytest.mark.unit
 def test_default_sizes_are_the_published_shapes():
     params = {n: builtin_workloads()[n].params("default") for n in MODELS}
     assert params["resnet"]["depth"] == 18 and params["resnet"]["hw"] == 224
@@ -47,6 +50,7 @@ def test_default_sizes_are_the_published_shapes():
     assert 11e6 < sum(p.numel() for p in resnet.parameters()) < 12e6  # ResNet-18: 11.7 M
 
 
+@pytest.mark.unit
 def test_with_batch_refuses_workloads_without_a_batch_dimension(tmp_path):
     w = builtin_workloads()["mlp"]
     import dataclasses
@@ -58,6 +62,7 @@ def test_with_batch_refuses_workloads_without_a_batch_dimension(tmp_path):
         w.with_batch(0)
 
 
+@pytest.mark.unit
 def test_reduced_precision_verdict_scales_with_eager_error():
     from compare.measure import reduced_precision_verdict
 
@@ -86,7 +91,7 @@ def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--workload-file", TINY, "--workloads", "tiny_linear", "--size", "small",
                    "--backends", "ort", "--batch", "1,5", "--dtype", "fp32,bf16", "--threads", "1",
-                   "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--output-dir", out, "--no-history", "--quiet")
+                   *FAST, "--output-dir", out, "--no-history", "--quiet")
     data = load_results(out)
     cells = {(c["workload"], c["backend"], c["batch"], c["dtype"]): c for c in data["cells"]}
     assert len(cells) == 2 * 2 * 2, proc.stderr  # backends x batches x dtypes
@@ -111,6 +116,7 @@ def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
     assert "Batch scaling" in html and "Geometric-mean speedup per backend" in html
 
 
+@pytest.mark.unit
 def test_geomean_per_backend_counts_slowdowns_and_lists_what_it_leaves_out():
     from compare.report import geomean_rows, summary_markdown
     from compare.results import Cell, RunResults
@@ -177,6 +183,7 @@ def test_whole_model_suite_in_fp32_and_fp16(tmp_path):
     _check_every_cell_is_measured_or_explained(data, proc)
 
 
+@pytest.mark.unit
 def test_a_type_rejection_keeps_the_reason_at_the_end_of_a_long_message():
     from compare.worker import one_line
 

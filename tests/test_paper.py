@@ -9,6 +9,7 @@ from conftest import load_results, run_cli
 from workloads import builtin_workloads
 
 
+@pytest.mark.unit
 def test_amortization_curve_arithmetic():
     curve = amortization_curve(compile_s=10.0, latency_ms=1.0, eager_ms=3.0)
     by_n = {p["calls"]: p for p in curve}
@@ -17,6 +18,7 @@ def test_amortization_curve_arithmetic():
     assert [p["calls"] for p in curve][0] == 1 and curve[-1]["calls"] == 10_000_000
 
 
+@pytest.mark.unit
 def test_roofline_on_a_hand_counted_matmul():
     m, k, n = 64, 128, 32
     model = torch.nn.Linear(k, n, bias=False)
@@ -34,6 +36,7 @@ def test_roofline_on_a_hand_counted_matmul():
     assert placed["arithmetic_intensity"] == pytest.approx(work["flops"] / work["min_bytes"])
 
 
+@pytest.mark.unit
 def test_transcendental_ops_are_counted_so_a_chain_of_them_is_compute_bound():
     from compare.roofline import POINTWISE_FLOPS
     from workloads import build_model, make_inputs
@@ -52,6 +55,7 @@ def test_transcendental_ops_are_counted_so_a_chain_of_them_is_compute_bound():
     assert place(work, 1.0, ceilings)["bound"] == "compute"
 
 
+@pytest.mark.unit
 def test_ceiling_check_names_cells_above_a_ceiling():
     from compare.results import Cell
     from compare.roofline import ceiling_check
@@ -63,6 +67,7 @@ def test_ceiling_check_names_cells_above_a_ceiling():
     assert len(notes) == 1 and "exceeds the DRAM ceiling" in notes[0] and "32 MB last-level cache" in notes[0]
 
 
+@pytest.mark.unit
 def test_shape_plan_is_seeded_and_cycles():
     w = builtin_workloads()["mlp"]
     a = shape_plan(w, "small", distinct=3, calls=9, seed=1)
@@ -72,6 +77,7 @@ def test_shape_plan_is_seeded_and_cycles():
     assert a["sequence"][:3] == a["sequence"][3:6]  # cycling
 
 
+@pytest.mark.unit
 def test_dynamic_summary_arithmetic():
     records = [
         {"workload": "w", "backend": "b", "strategy": "specialize", "status": "ok", "transition_cost_s": 10.0,

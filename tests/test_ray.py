@@ -3,13 +3,13 @@ import importlib.util
 
 import pytest
 
-from conftest import FIXTURES, load_results, run_cli
+from conftest import FAST, FIXTURES, load_results, run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
 
 FAULTY = FIXTURES / "faulty_workloads.py"
 COMMON = ["--backends", "eager,ort", "--workload-file", FAULTY, "--workloads", "fine,raises,hangs",
-          "--size", "small", "--timeout", "15", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--threads", "1"]
+          "--size", "small", "--timeout", "15", *FAST, "--threads", "1"]
 
 
 def _by_key(out):
@@ -47,7 +47,7 @@ def test_ray_gives_the_same_cells_statuses_and_numerics(both):
 def test_records_tuned_by_one_task_are_reused_by_a_later_one(tmp_path):
     args = ["--backends", "tvm", "--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear",
             "--size", "small", "--tvm-trials", "2", "--executor", "ray", "--tuning-logs", tmp_path / "logs",
-            "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--no-history"]
+            *FAST, "--no-history"]
     first = run_cli(*args, "--output-dir", tmp_path / "a")
     second = run_cli(*args, "--output-dir", tmp_path / "b")
     assert first.returncode == 0 and second.returncode == 0, second.stdout + second.stderr

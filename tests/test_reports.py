@@ -11,9 +11,9 @@ import pytest
 
 from compare.diff import diff_cells, geomeans, latency_verdict
 from compare.history import list_runs
-from compare.results import Cell, RunResults, atomic_write_json
 from compare.measure import summarize
-from conftest import ROOT, run_cli
+from compare.results import Cell, RunResults, atomic_write_json
+from conftest import FAST, ROOT, run_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -31,17 +31,20 @@ def _run(samples_by_cell, run_id, compile_s=1.0, env=None):
 RNG = np.random.default_rng(0)
 
 
+@pytest.mark.unit
 def test_identical_samples_are_unchanged():
     s = list(RNG.normal(10, 0.3, 40))
     assert latency_verdict(s, list(s))[2] == "unchanged"
 
 
+@pytest.mark.unit
 def test_clear_shifts_are_slower_or_faster():
     base = list(RNG.normal(10, 0.2, 40))
     assert latency_verdict(base, list(RNG.normal(12, 0.2, 40)))[2] == "slower"
     assert latency_verdict(base, list(RNG.normal(8, 0.2, 40)))[2] == "faster"
 
 
+@pytest.mark.unit
 def test_overlapping_noisy_samples_are_unchanged():
     base = list(RNG.normal(10, 3.0, 15))
     new = list(RNG.normal(10.3, 3.0, 15))
@@ -49,6 +52,7 @@ def test_overlapping_noisy_samples_are_unchanged():
     assert verdict == "unchanged" and lo < 1 < hi
 
 
+@pytest.mark.unit
 def test_geomean_counts_slowdowns():
     base = _run({("a", "x"): RNG.normal(10, 0.1, 30), ("b", "x"): RNG.normal(10, 0.1, 30)}, "r1")
     new = _run({("a", "x"): RNG.normal(20, 0.1, 30), ("b", "x"): RNG.normal(5, 0.1, 30)}, "r2")
@@ -112,7 +116,7 @@ def test_history_survives_a_kill_between_writes(tmp_path):
 def small_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "run"
     proc = run_cli("--backends", "inductor,ort", "--workloads", "mlp", "--size", "small",
-                   "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1", "--roofline", "--output-dir", out)
+                   *FAST, "--roofline", "--output-dir", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -162,6 +166,7 @@ def test_report_opens_in_headless_chromium(small_report, tmp_path):
     assert pixels.shape[0] > 100 and float(pixels[..., :3].std()) > 0.01  # not blank
 
 
+@pytest.mark.unit
 def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
     from compare import html_report
 

@@ -3,7 +3,9 @@ import math
 
 import pytest
 
-from compare.results import Cell, LatencyStats, ResultsError, RunResults, SCHEMA_VERSION, atomic_write_json
+from compare.results import SCHEMA_VERSION, Cell, LatencyStats, ResultsError, RunResults, atomic_write_json
+
+pytestmark = pytest.mark.unit
 
 
 def _results():

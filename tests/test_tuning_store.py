@@ -1,9 +1,9 @@
 """The TVM tuning-log store without TVM: keys, validation, locking, commands."""
 import json
 import multiprocessing
-import time
 
 import pytest
+from filelock import Timeout
 
 from adapters.base import target_key
 from adapters.tuning_store import META_FILE, RECORD_FILE, WORKLOAD_FILE, TuningLogStore, list_logs
@@ -21,6 +21,7 @@ def _fake_scratch(path, run_secs=((1e-4, 1.1e-4), (5e-5,), (1e10,))):
     return path
 
 
+@pytest.mark.unit
 def test_target_key_separates_cpu_threads_and_version():
     a = target_key("cpu", 2, {"tvm": "0.27.0"}, cpu="llvm-znver5")
     assert a != target_key("cpu", 1, {"tvm": "0.27.0"}, cpu="llvm-znver5")
@@ -29,6 +30,7 @@ def test_target_key_separates_cpu_threads_and_version():
     assert "/" not in a
 
 
+@pytest.mark.unit
 def test_commit_inspect_and_history(tmp_path):
     store = TuningLogStore(tmp_path / "log", TKEY, "mlp-small-x")
     assert not store.inspect().usable
@@ -43,15 +45,19 @@ def test_commit_inspect_and_history(tmp_path):
     assert history[0]["run_ms"][1] is None
 
 
+@pytest.mark.unit
 def test_log_from_another_target_is_set_aside(tmp_path):
     folder = tmp_path / "log"
-    TuningLogStore(folder, "cpu_other-cpu_2t_tvm0.27.0", "w").commit(_fake_scratch(tmp_path / "s"), {"trials_budget": 3})
+    TuningLogStore(folder, "cpu_other-cpu_2t_tvm0.27.0", "w").commit(
+        _fake_scratch(tmp_path / "s"), {"trials_budget": 3}
+    )
     state = TuningLogStore(folder, TKEY, "w").inspect()
     assert not state.usable and "made for target" in state.warning
     assert not (folder / RECORD_FILE).exists()  # moved aside, not deleted
     assert any(p.name.startswith(".log.set-aside") for p in tmp_path.iterdir())
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "no_meta", "bad_index"])
 def test_damaged_log_is_set_aside_with_a_warning(tmp_path, damage):
     folder = tmp_path / "log"
@@ -71,22 +77,27 @@ def test_damaged_log_is_set_aside_with_a_warning(tmp_path, damage):
     assert "re-tuning" in state.warning
 
 
-def _hold_lock(folder, seconds):
+def _hold_lock(folder, held, release):
     with TuningLogStore(folder, TKEY, "w").lock():
-        time.sleep(seconds)
+        held.set()
+        release.wait(30)
 
 
 def test_lock_excludes_another_process(tmp_path):
     folder = tmp_path / "log"
     folder.mkdir()
-    proc = multiprocessing.get_context("spawn").Process(target=_hold_lock, args=(folder, 1.5))
+    spawn = multiprocessing.get_context("spawn")
+    held, release = spawn.Event(), spawn.Event()
+    proc = spawn.Process(target=_hold_lock, args=(folder, held, release))
     proc.start()
-    time.sleep(0.8)  # let the child take the lock
-    start = time.perf_counter()
-    with TuningLogStore(folder, TKEY, "w").lock():
-        waited = time.perf_counter() - start
+    assert held.wait(60), "the child never took the lock"
+    lock = TuningLogStore(folder, TKEY, "w").lock()
+    with pytest.raises(Timeout):  # held by the child: not ours to take
+        lock.acquire(timeout=0.2)
+    release.set()
+    with lock.acquire(timeout=30):  # released by the child: ours now
+        pass
     proc.join()
-    assert waited > 0.3
 
 
 def test_tuning_logs_command_list_show_export_import_prune(tmp_path):

@@ -2,7 +2,7 @@
 import pytest
 
 from adapters.tuning_store import RECORD_FILE
-from conftest import FIXTURES, load_results, run_cli
+from conftest import FAST, FIXTURES, load_results, run_cli
 
 pytestmark = pytest.mark.skipif(
     __import__("importlib.util").util.find_spec("tvm") is None, reason="apache-tvm not installed"
@@ -115,7 +115,7 @@ def test_retune_tunes_again(tuned, tmp_path):
 
 @pytest.mark.slow  # the tuned fixture runs tvm-untuned too, on one workload
 def test_untuned_agrees_with_eager_on_all_five(tmp_path):
-    proc = run_cli("--backends", "tvm-untuned", "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1",
+    proc = run_cli("--backends", "tvm-untuned", "--size", "small", *FAST,
                    "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "tvm-untuned"]

@@ -4,8 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters.tvm_tuning import (SearchSettings, TuningBudget, budget_spent, estimated_latency_ms, fixed_space_size,
-                                 round_best_ms)
+from adapters.tvm_tuning import SearchSettings, TuningBudget, budget_spent, estimated_latency_ms, fixed_space_size, round_best_ms
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("trials, tasks, per_round", [(4, 1, 8), (16, 1, 8), (64, 1, 32), (64, 3, 8),

@@ -12,6 +12,8 @@ from workloads import (
     resolve_workloads,
 )
 
+pytestmark = pytest.mark.unit
+
 PAPER = ["elementwise_chain", "norm_residual", "conv", "mlp", "attention"]
 
 

@@ -9,15 +9,21 @@ the wall time one measurement costs.
 
 Evidence for the evaluator setting in docs/tvm-tuning.md; run it on an idle machine.
 """
-import sys, time
+import sys
+import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import torch, numpy as np, tvm
+import numpy as np
+import torch
+import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
-from workloads import builtin_workloads, build_model, make_inputs
-from adapters.tvm_schedules import default_cpu_schedules
+
 from adapters.tvm import _TvmBase
+from adapters.tvm_schedules import default_cpu_schedules
+from workloads import build_model, builtin_workloads, make_inputs
+
 target, _ = _TvmBase.host_target(2)
 for name, size in (("mlp", "small"), ("norm_residual", "small"), ("conv", "small")):
     w = builtin_workloads()[name]; m = build_model(w, size).eval(); x = make_inputs(w.input_specs(size))

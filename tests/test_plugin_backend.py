@@ -1,0 +1,52 @@
+"""A new backend is one file: a module outside the package, registered through the
+``dlcompare.backends`` entry point, is listed, gets its CLI option, has its package
+recorded, and runs as a cell, with no file of dlcompare touched."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FAST, FIXTURES, load_results, run_cli
+
+PLUGIN = FIXTURES / "plugin"
+
+
+def _install_entry_point(site):
+    """What pip writes for a package that declares the entry point."""
+    info = site / "dlcompare_echo-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlcompare-echo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[dlcompare.backends]\necho = dlcompare_echo_backend:EchoBackend\n")
+    return os.pathsep.join([str(site), str(PLUGIN)])
+
+
+@pytest.fixture
+def plugin_path(tmp_path):
+    return _install_entry_point(tmp_path / "site")
+
+
+@pytest.mark.unit
+def test_the_entry_point_backend_is_found_with_its_option_and_package(plugin_path):
+    code = ("import json; from adapters import backend_names; from compare import cli, environment\n"
+            "help = cli.build_parser().parse_args(['run', '--echo-note', 'x']).echo_note\n"
+            "print(json.dumps([backend_names(), help, environment.tracked_distributions()]))")
+    env = dict(os.environ, PYTHONPATH=plugin_path)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    names, note, tracked = json.loads(proc.stdout)
+    assert names[0] == "eager" and "echo" in names
+    assert note == "x" and "pytest" in tracked
+
+
+def test_the_entry_point_backend_runs_as_a_cell(plugin_path, tmp_path):
+    proc = run_cli("--backends", "echo", "--workloads", "mlp", "--size", "small", "--echo-note", "from the test",
+                   *FAST,
+                   "--output-dir", tmp_path / "run", env={"PYTHONPATH": plugin_path})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = load_results(tmp_path / "run")
+    cell = next(c for c in data["cells"] if c["backend"] == "echo")
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True
+    assert cell["settings"]["note"] == "from the test" and cell["info"]["wrapped"] is True
+    assert list(cell["compile_phases"]) == ["wrap", "first_call"]
+    assert "pytest" in cell["backend_versions"] and "pytest" in data["environment"]["versions"]

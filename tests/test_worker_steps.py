@@ -1,0 +1,66 @@
+"""The worker's steps, in this process, on a fake backend: what a backend's typed
+CompileResult turns into in the cell (phases, first call, cache verdict, info)."""
+import pytest
+
+import adapters
+from adapters.base import Backend, CacheVerdict, CompileResult
+from adapters.eager import TorchCompiled
+from compare import worker
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.unit
+
+
+class SplitBackend(Backend):
+    """Reports its own phase split and a first call made while compiling, like Inductor."""
+
+    name = "split"
+
+    def compile(self, module, example_inputs, ctx):
+        with ctx.phase("compile"):
+            compiled = TorchCompiled(module, ctx.device)
+            compiled.run(example_inputs)
+        verdict = CacheVerdict("hit", {"files": 1}) if ctx.cache == "warm" else None
+        return CompileResult(compiled, cache=verdict, info={"note": 1}, includes_first_call=True,
+                             phases={"trace": 0.25, "codegen": 0.5, "first_call": 0.125})
+
+
+class PlainBackend(Backend):
+    """Times one phase of its own and lets the worker time the first call."""
+
+    name = "plain"
+
+    def compile(self, module, example_inputs, ctx):
+        with ctx.phase("wrap"):
+            compiled = TorchCompiled(module, ctx.device)
+        return CompileResult(compiled, tuning_s=7.0)
+
+
+@pytest.fixture
+def fake_backends(monkeypatch):
+    fakes = {"split": SplitBackend, "plain": PlainBackend}
+    monkeypatch.setattr(adapters, "get_backend", lambda name: fakes[name]())
+
+
+def _spec(backend, tmp_path, cache="cold"):
+    return {"workload": "tiny_linear", "workload_files": [str(FIXTURES / "tiny_workloads.py")],
+            "workload_key": "tiny_linear-small", "size": "small", "batch": None, "dtype": "fp32",
+            "backend": backend, "device": "cpu", "threads": 1, "seed": 0, "cache": cache,
+            "cache_root": str(tmp_path / "store"), "work_dir": str(tmp_path), "options": {},
+            "timing": {"budget_s": 0.05, "min_samples": 3}}
+
+
+def test_a_backend_split_replaces_the_timed_phases_and_keeps_its_first_call(fake_backends, tmp_path):
+    cell = worker.measure_cell(_spec("split", tmp_path, cache="warm"))
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True
+    assert cell["compile_phases"] == {"trace": 0.25, "codegen": 0.5, "first_call": 0.125}
+    assert cell["compile_s"] == pytest.approx(0.875)
+    assert cell["cache"] == "hit" and cell["info"] == {"note": 1, "cache_evidence": {"files": 1}}
+
+
+def test_the_worker_times_the_first_call_when_the_backend_did_not(fake_backends, tmp_path):
+    cell = worker.measure_cell(_spec("plain", tmp_path, cache="warm"))
+    assert list(cell["compile_phases"]) == ["wrap", "first_call"] and cell["compile_phases"]["first_call"] > 0
+    assert cell["cache"] == "miss"  # warm, and the backend keeps no store: it built again
+    assert cell["tuning_s"] == 7.0 and cell["info"] == {}
+    assert worker.measure_cell(_spec("plain", tmp_path))["cache"] == "cold"
