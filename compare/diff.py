@@ -214,21 +214,11 @@ def render_markdown(base: RunResults, new: RunResults, diffs: list[CellDiff]) ->
 
 
 def render_html(base: RunResults, new: RunResults, diffs: list[CellDiff]) -> str:
-    import html
+    from .html_report import templates
 
-    env = environment_differences(base, new)
-    gm = geomeans(diffs)
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>dlcompare diff</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>",
-             f"<h1>{html.escape(base.run_id)} &rarr; {html.escape(new.run_id)}</h1>"]
-    if env:
-        parts.append("<p><b>The environments differ:</b></p><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in env) + "</ul>")
-    parts.append(diff_frame(diffs).to_html(index=False))
-    parts.append("<h2>Geometric mean per backend</h2><ul>" + "".join(
-        f"<li>{html.escape(b)}: {v['geomean_ratio']:.3f} ({v['cells']} cells)</li>" for b, v in gm.items()) + "</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return templates().get_template("diff.html").render(
+        base_id=base.run_id, new_id=new.run_id, environment_differences=environment_differences(base, new),
+        diff_table=diff_frame(diffs).to_html(index=False), geomeans=geomeans(diffs))
 
 
 def run(args, console) -> int:

@@ -3,7 +3,6 @@ from results.json alone. Reports read results; they never measure."""
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
 import math
@@ -276,39 +275,26 @@ window.addEventListener('load', function () {
 """
 
 
+def templates():
+    """The Jinja2 environment of report.html and diff.html (autoescaped)."""
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.PackageLoader("compare", "templates"),
+                              autoescape=jinja2.select_autoescape(["html"]))
+
+
 def render_html(results: RunResults) -> str:
-    esc = html.escape
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>dlcompare {esc(results.run_id)}</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
-        "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}th{background:#eee}img{max-width:100%;"
-        "border:1px solid #ddd;margin:0.5em 0}.bad{color:#b00}</style>",
-        f"<script>{_CHECK_SCRIPT}</script></head><body>",
-        f"<h1>dlcompare run {esc(results.run_id)} <small>({esc(results.state)})</small></h1>",
-        f"<p>{esc(environment_line(results))}</p>",
-        f"<p><b>Conditions:</b> {esc(conditions_line(results))}</p>",
-        f"<p>{esc(reference_line(results) or '')}</p>",
-        "<h2>Summary</h2>",
-        pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
-    ]
     geo = geomean_rows(results)
-    if geo:
-        parts += ["<h2>Geometric-mean speedup per backend</h2>",
-                  pd.DataFrame(geo).to_html(index=False, escape=True)]
-    for title, plot in PLOTS:
-        uri = plot(results)
-        if uri:
-            parts += [f"<h2>{esc(title)}</h2>", f"<img alt='{esc(title)}' src='{uri}'>"]
-    issues = problems(results)  # failed, timed out, out of memory, unavailable, numerics off
-    parts.append("<h2>Failed and unavailable cells</h2>")
-    parts.append(
-        "<ul>" + "".join(f"<li class='bad'>{esc(p)}</li>" for p in issues) + "</ul>" if issues else "<p>none</p>"
-    )
-    parts += ["<h2>Environment</h2>", f"<pre>{esc(json.dumps(results.environment, indent=2))}</pre>",
-              "<h2>Configuration</h2>", f"<pre>{esc(json.dumps(results.config, indent=2))}</pre>",
-              "</body></html>"]
-    return "\n".join(parts)
+    plots = [(title, uri) for title, plot in PLOTS if (uri := plot(results))]
+    return templates().get_template("report.html").render(
+        run_id=results.run_id, state=results.state, check_script=_CHECK_SCRIPT,
+        environment_line=environment_line(results), conditions_line=conditions_line(results),
+        reference_line=reference_line(results) or "",
+        summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
+        geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
+        plots=plots,
+        problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off
+        environment_json=json.dumps(results.environment, indent=2), config_json=json.dumps(results.config, indent=2))
 
 
 def write_html(results: RunResults, run_dir: str | Path) -> Path:
