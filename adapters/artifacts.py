@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+from compare.files import atomic_write_text
 
 META = "artifact.json"
 
@@ -43,9 +44,7 @@ def sha256(path: Path) -> str:
 def write_meta(folder: Path, files: list[str], expected: dict[str, Any]) -> None:
     """Written last, after the artifacts themselves, by rename: no half-valid state."""
     meta = dict(expected, files={name: sha256(folder / name) for name in files})
-    tmp = folder / f".{META}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp, folder / META)
+    atomic_write_text(folder / META, json.dumps(meta, indent=2))
 
 
 def is_valid(folder: Path, expected: dict[str, Any]) -> bool:

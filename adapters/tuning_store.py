@@ -22,6 +22,8 @@ from typing import Any
 
 from filelock import FileLock
 
+from compare.files import atomic_write_text
+
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 META_FILE = "dlcompare-tuning.json"
@@ -153,9 +155,7 @@ class TuningLogStore:
                 os.replace(tmp, self.folder / name)
         full = {"meta_version": META_VERSION, "target_key": self.target_key, "workload_key": self.workload_key,
                 "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **meta}
-        tmp = self.folder / f".{META_FILE}.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(full, indent=2))
-        os.replace(tmp, self.folder / META_FILE)
+        atomic_write_text(self.folder / META_FILE, json.dumps(full, indent=2))
 
     def history(self) -> list[dict[str, Any]]:
         """Per task (MetaSchedule workload): measured ms per trial, in order, and the best."""

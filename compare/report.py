@@ -8,64 +8,7 @@ from typing import Any
 import pandas as pd
 
 from .derived import REFERENCE_TOLERANCE, reference_spread
-from .results import Cell, RunResults, atomic_write_text
-
-
-def cell_row(cell: Cell) -> dict[str, Any]:
-    """One flat row per cell: the CSV's columns."""
-    lat = cell.latency_ms
-    row: dict[str, Any] = {
-        "workload": cell.workload,
-        "backend": cell.backend,
-        "size": cell.size,
-        "batch": cell.batch,
-        "dtype": cell.dtype,
-        "device": cell.device,
-        "status": cell.status,
-        "error": cell.error,
-        "import_s": cell.import_s,
-        "compile_s": cell.compile_s,
-        "time_to_first_result_s": cell.time_to_first_result_s,
-        "tuning_s": cell.tuning_s,
-        "latency_ms": lat.median if lat else None,
-        "latency_p10_ms": lat.p10 if lat else None,
-        "latency_p90_ms": lat.p90 if lat else None,
-        "latency_iqr_ms": lat.iqr if lat else None,
-        "latency_samples": lat.n if lat else None,
-        "calls_per_sample": lat.number if lat else None,
-        "processes": len(cell.process_samples or []) or None,
-        "eager_latency_ms": cell.eager_latency_ms,
-        "eager_only_ms": cell.eager_only_ms,
-        "reference_deviation": cell.reference_deviation,
-        "speedup": cell.speedup,
-        "speedup_ci_low": cell.speedup_ci[0] if cell.speedup_ci else None,
-        "speedup_ci_high": cell.speedup_ci[1] if cell.speedup_ci else None,
-        "noisy": cell.noisy,
-        "max_abs_err": cell.max_abs_err,
-        "max_rel_err": cell.max_rel_err,
-        "max_abs_err_fp64": cell.max_abs_err_fp64,
-        "eager_max_abs_err_fp64": cell.eager_max_abs_err_fp64,
-        "numerics_ok": cell.numerics_ok,
-        "break_even_calls": cell.break_even_calls,
-        "break_even_calls_excl_tuning": cell.break_even_calls_excl_tuning,
-        "break_even_ci_low": cell.break_even_ci[0] if cell.break_even_ci else None,
-        "break_even_ci_high": cell.break_even_ci[1] if cell.break_even_ci else None,
-        "peak_rss_mb": cell.peak_rss_mb,
-        "load_mb": cell.load_mb,
-        "compile_peak_mb": cell.compile_peak_mb,
-        "steady_state_mb": cell.steady_state_mb,
-        "threads": cell.threads,
-        "allocator": cell.allocator,
-        "cache": cell.cache,
-    }
-    for phase, seconds in cell.compile_phases.items():
-        row[f"phase_{phase}_s"] = seconds
-    return row
-
-
-def cells_frame(results: RunResults) -> pd.DataFrame:
-    return pd.DataFrame([cell_row(c) for c in results.cells])
-
+from .results import Cell, RunResults, atomic_write_text, cells_frame
 
 # ----------------------------------------------------------------------------- formatting
 

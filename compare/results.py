@@ -6,23 +6,19 @@ versions they do not know instead of guessing.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .files import atomic_write_text
 from .protocol import STATUSES, TRANSIENT_STATUSES
 
 SCHEMA_VERSION = 3
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
 READABLE_VERSIONS = (1, 2, 3)
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -190,9 +186,7 @@ class RunResults:
         }
 
     def to_pandas(self):
-        """One row per cell: the columns of results.csv (``compare.report.cell_row``)."""
-        from .report import cells_frame
-
+        """One row per cell: the columns of results.csv (``cell_row``)."""
         return cells_frame(self)
 
     def upsert(self, cell: Cell) -> None:
@@ -256,6 +250,65 @@ class RunResults:
         except json.JSONDecodeError as exc:
             raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); the file is truncated or edited") from None
         return cls.from_dict(data, source=str(path))
+
+
+def cell_row(cell: Cell) -> dict[str, Any]:
+    """One flat row per cell: the CSV's columns."""
+    lat = cell.latency_ms
+    row: dict[str, Any] = {
+        "workload": cell.workload,
+        "backend": cell.backend,
+        "size": cell.size,
+        "batch": cell.batch,
+        "dtype": cell.dtype,
+        "device": cell.device,
+        "status": cell.status,
+        "error": cell.error,
+        "import_s": cell.import_s,
+        "compile_s": cell.compile_s,
+        "time_to_first_result_s": cell.time_to_first_result_s,
+        "tuning_s": cell.tuning_s,
+        "latency_ms": lat.median if lat else None,
+        "latency_p10_ms": lat.p10 if lat else None,
+        "latency_p90_ms": lat.p90 if lat else None,
+        "latency_iqr_ms": lat.iqr if lat else None,
+        "latency_samples": lat.n if lat else None,
+        "calls_per_sample": lat.number if lat else None,
+        "processes": len(cell.process_samples or []) or None,
+        "eager_latency_ms": cell.eager_latency_ms,
+        "eager_only_ms": cell.eager_only_ms,
+        "reference_deviation": cell.reference_deviation,
+        "speedup": cell.speedup,
+        "speedup_ci_low": cell.speedup_ci[0] if cell.speedup_ci else None,
+        "speedup_ci_high": cell.speedup_ci[1] if cell.speedup_ci else None,
+        "noisy": cell.noisy,
+        "max_abs_err": cell.max_abs_err,
+        "max_rel_err": cell.max_rel_err,
+        "max_abs_err_fp64": cell.max_abs_err_fp64,
+        "eager_max_abs_err_fp64": cell.eager_max_abs_err_fp64,
+        "numerics_ok": cell.numerics_ok,
+        "break_even_calls": cell.break_even_calls,
+        "break_even_calls_excl_tuning": cell.break_even_calls_excl_tuning,
+        "break_even_ci_low": cell.break_even_ci[0] if cell.break_even_ci else None,
+        "break_even_ci_high": cell.break_even_ci[1] if cell.break_even_ci else None,
+        "peak_rss_mb": cell.peak_rss_mb,
+        "load_mb": cell.load_mb,
+        "compile_peak_mb": cell.compile_peak_mb,
+        "steady_state_mb": cell.steady_state_mb,
+        "threads": cell.threads,
+        "allocator": cell.allocator,
+        "cache": cell.cache,
+    }
+    for phase, seconds in cell.compile_phases.items():
+        row[f"phase_{phase}_s"] = seconds
+    return row
+
+
+def cells_frame(results: RunResults):
+    """One row per cell, as a pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame([cell_row(c) for c in results.cells])
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
@@ -332,24 +385,6 @@ def dumps(data: Any) -> str:
     """Strict JSON text of ``data`` (see ``_clean``)."""
     text = json.dumps(_clean(data), indent=2, allow_nan=False)
     return text.replace(f'"-{_INF}"', "-1e999").replace(f'"{_INF}"', "1e999") + "\n"
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write-to-temp-then-rename: readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
