@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .measure import bootstrap_medians, paired_bootstrap_medians
+from .measure import bootstrap_medians, geometric_mean, paired_bootstrap_medians
 from .results import Cell, RunResults, atomic_write_text
 
 MIN_EFFECT = 0.02  # ignore shifts under 2 % even when the interval is tight
@@ -155,7 +155,7 @@ def geomeans(diffs: list[CellDiff]) -> dict[str, dict[str, Any]]:
     for d in diffs:
         if d.ratio:
             by_backend.setdefault(d.backend, []).append(d.ratio)
-    return {b: {"geomean_ratio": float(math.exp(sum(math.log(r) for r in rs) / len(rs))), "cells": len(rs)}
+    return {b: {"geomean_ratio": geometric_mean(rs), "cells": len(rs)}
             for b, rs in by_backend.items()}
 
 

@@ -17,7 +17,6 @@ new shape; *symbolic* compiles once with a symbolic dimension. Three workers per
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import statistics
 import time
@@ -172,7 +171,7 @@ def _more_steady_calls(session, setup: DynamicSetup, steady: dict[int, list[floa
 
 def _steady(spec, ctx, backend, setup: DynamicSetup, emit) -> dict[str, Any]:
     """Specialized and symbolic code in one process, timed alternately at each size."""
-    from .measure import Timed, TimingConfig, paired_bootstrap_medians, time_alternating
+    from .measure import Timed, TimingConfig, geometric_mean, paired_bootstrap_medians, time_alternating
 
     sessions = {s: open_session(backend, setup, spec, ctx, s)[0] for s in ("specialize", "symbolic")}
     timing = dict(spec.get("timing", {}))
@@ -191,7 +190,7 @@ def _steady(spec, ctx, backend, setup: DynamicSetup, emit) -> dict[str, Any]:
         lo, hi = _percentiles(b / a)
         per_value.append({"value": value, "specialize_ms": spec_stats.median, "symbolic_ms": sym_stats.median,
                           "ratio": sym_stats.median / spec_stats.median, "ratio_ci": [lo, hi], "pairs": spec_stats.n})
-    geo = [math.exp(statistics.mean(math.log(v["ratio"]) for v in per_value))]
+    geo = [geometric_mean(v["ratio"] for v in per_value)]
     import numpy as np
 
     boot = np.exp(np.mean(np.log(np.vstack(resampled)), axis=0))

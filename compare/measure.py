@@ -65,6 +65,13 @@ def calibrate(single_call_s: float, min_sample_s: float) -> int:
     return max(1, math.ceil(min_sample_s / max(single_call_s, 1e-9)))
 
 
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """The geometric mean of positive ratios (None for none): the mean of speedups, as
+    slowdowns and speedups count alike."""
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
 def summarize(samples_s: Sequence[float], number: int) -> LatencyStats:
     return LatencyStats.from_ms([x * 1e3 for x in samples_s], number)
 

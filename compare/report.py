@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from .derived import REFERENCE_TOLERANCE, reference_spread
+from .measure import geometric_mean
 from .results import Cell, RunResults, atomic_write_text, cells_frame
 
 # ----------------------------------------------------------------------------- formatting
@@ -153,7 +154,7 @@ def geomean_rows(results: RunResults) -> list[dict[str, Any]]:
         common = set.intersection(*(set(counted[b]) for b in present)) if present else set()
         for backend in backends:
             values = [counted[backend][w] for w in sorted(common) if w in counted[backend]]
-            geomean = math.exp(sum(math.log(x) for x in values) / len(values)) if values else None
+            geomean = geometric_mean(values)
             left_out = [f"{c.workload} ({_why_left_out(c)})" for c in cells
                         if c.backend == backend and c.workload not in common]
             rows.append({
