@@ -84,9 +84,17 @@ def _dtype_list(value: str) -> list[str]:
 
 def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int,
                        processes: int = 1) -> None:
-    from workloads import SIZES, SUITES
+    _add_selection(parser, default_backends)
+    _add_execution(parser)
+    _add_backend_options(parser)
+    _add_timing(parser, numerics_draws, processes)
+    _add_conditions(parser)
+    _add_outputs(parser)
 
-    from .allocators import ALLOCATORS, DEFAULT_ALLOCATOR
+
+def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> None:
+    """What runs: backends, workloads, sizes, batches, precisions, device."""
+    from workloads import SIZES, SUITES
 
     parser.add_argument("--backends", type=_csv, default=_csv(default_backends),
                      help=f"comma-separated backends to compare with eager (default: {default_backends})")
@@ -103,6 +111,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                      help="Python file defining extra workloads (run as code); repeatable")
     parser.add_argument("--size", choices=SIZES, default="default")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+
+
+def _add_execution(parser: argparse.ArgumentParser) -> None:
+    """How cells run: threads, limits, where results, caches and logs go."""
     parser.add_argument(
         "--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)"
     )
@@ -113,7 +125,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
     parser.add_argument("--cache", choices=("cold", "warm"), default="cold",
                      help="cold: compile from nothing; warm: reuse persistent compile artifacts")
     parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
-    _add_backend_options(parser)
+
+
+def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
+    """How latency and numerics are sampled."""
     parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
     parser.add_argument("--min-samples", type=_positive_int, default=10)
@@ -130,6 +145,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                              "offset does not shift every comparison with it (default 3)")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
                         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
+
+
+def _add_conditions(parser: argparse.ArgumentParser) -> None:
+    """Run conditions recorded with the results: seed, allocator, thread spin, executor."""
+    from .allocators import ALLOCATORS, DEFAULT_ALLOCATOR
+
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
                         help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
@@ -145,6 +166,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, n
                         help="Ray cluster to join (default: start a local Ray instance)")
     parser.add_argument("--ray-share-cores", action="store_true",
                         help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
+
+
+def _add_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", default=None, metavar="DB",
                         help="SQLite run history (default: history.sqlite beside the output folder)")
     parser.add_argument("--no-history", action="store_true", help="do not record this run in the history")
@@ -329,55 +353,26 @@ def _check_output_dir(path: Path) -> None:
 
 
 def make_config(args: argparse.Namespace, output_dir: Path | None = None):
-    from adapters import backend_names
-    from workloads import resolve_workloads
-
-    from .allocators import AllocatorMissing, allocator_env, resolve
+    """The run's RunConfig from the command line; every bad input is a UsageError (or a
+    WorkloadError) in one line, before anything runs."""
     from .environment import available_cores
     from .runner import RunConfig
 
-    known = backend_names()
-    backends = ["eager"] + [b for b in args.backends if b != "eager"]
-    for b in backends:
-        if b not in known:
-            raise UsageError(f"unknown backend {b!r} (known: {', '.join(known)})")
-    if len(set(backends)) != len(backends):
-        raise UsageError("a backend is listed twice in --backends")
-    names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
-    workloads = resolve_workloads(names, args.workload_file, args.suite)  # WorkloadError on bad names/files
-    for w in workloads:
-        for batch in args.batch if w.batch_param else [None]:
-            w.with_batch(batch).input_specs(args.size)  # a bad size is a usage error, not a failed cell
-    if args.batch and not any(w.batch_param for w in workloads):
-        raise UsageError("--batch: none of the chosen workloads has a batch dimension")
-    if args.cuda_arch and not re.fullmatch(r"sm_\d{2,3}a?", args.cuda_arch):
-        raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
-    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
-    threads = args.threads or available_cores()
-    allocator = resolve("system" if args.system_malloc else args.allocator)
-    try:
-        malloc_env = allocator_env(allocator)
-    except AllocatorMissing as exc:
-        raise UsageError(str(exc)) from None
-    if output_dir is not None:
-        _check_output_dir(output_dir)
-    elif args.output_dir:
-        output_dir = Path(args.output_dir)
-        _check_output_dir(output_dir)
-    else:
-        output_dir = _fresh_run_dir(Path("reports"))
+    backends = _checked_backends(args.backends)
+    workloads = _checked_workloads(args)
+    _check_options(args)
+    allocator, malloc_env = _allocator(args)
     return RunConfig(
         backends=backends,
         workloads=[w.name for w in workloads],
         size=args.size,
         device=args.device,
-        threads=threads,
+        threads=args.threads or available_cores(),
         timeout_s=args.timeout,
         memory_limit_mb=args.memory_limit,
         cache=args.cache,
         cache_root=str(Path(args.tuning_logs)),
-        output_dir=str(output_dir),
+        output_dir=str(_output_dir(args, output_dir)),
         workload_files=[str(Path(f).resolve()) for f in args.workload_file],
         seed=args.seed,
         timing={"budget_s": args.time_budget, "min_samples": args.min_samples,
@@ -399,6 +394,59 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         thread_spin=args.thread_spin,
         interleave=args.interleave == "on" and args.executor == "local",
     )
+
+
+def _checked_backends(names: list[str]) -> list[str]:
+    """Eager first (the reference), then the others, each known and listed once."""
+    from adapters import backend_names
+
+    known = backend_names()
+    backends = ["eager"] + [b for b in names if b != "eager"]
+    for b in backends:
+        if b not in known:
+            raise UsageError(f"unknown backend {b!r} (known: {', '.join(known)})")
+    if len(set(backends)) != len(backends):
+        raise UsageError("a backend is listed twice in --backends")
+    return backends
+
+
+def _checked_workloads(args: argparse.Namespace) -> list:
+    from workloads import resolve_workloads
+
+    names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
+    workloads = resolve_workloads(names, args.workload_file, args.suite)  # WorkloadError on bad names/files
+    for w in workloads:
+        for batch in args.batch if w.batch_param else [None]:
+            w.with_batch(batch).input_specs(args.size)  # a bad size is a usage error, not a failed cell
+    if args.batch and not any(w.batch_param for w in workloads):
+        raise UsageError("--batch: none of the chosen workloads has a batch dimension")
+    return workloads
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.cuda_arch and not re.fullmatch(r"sm_\d{2,3}a?", args.cuda_arch):
+        raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
+
+
+def _allocator(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    from .allocators import AllocatorMissing, allocator_env, resolve
+
+    allocator = resolve("system" if args.system_malloc else args.allocator)
+    try:
+        return allocator, allocator_env(allocator)
+    except AllocatorMissing as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _output_dir(args: argparse.Namespace, output_dir: Path | None) -> Path:
+    """The run's folder: the resumed one, the one asked for, or a fresh reports/<timestamp>/."""
+    if output_dir is None and not args.output_dir:
+        return _fresh_run_dir(Path("reports"))
+    output_dir = output_dir if output_dir is not None else Path(args.output_dir)
+    _check_output_dir(output_dir)
+    return output_dir
 
 
 def resume_state(args: argparse.Namespace):

@@ -208,7 +208,7 @@ def _percentiles(values) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (workload, backend): the cost per shape transition under each strategy, its
     reduction, and the steady-state slowdown of symbolic vs specialize with its interval
     (the survey: ~70 % lower transition cost, 3.2-10.8 % slower steady state)."""

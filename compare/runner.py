@@ -269,7 +269,7 @@ class Runner:
                 section["records"] = [r for r in section["records"]
                                       if (r["workload"], r["backend"], r["strategy"]) != (workload.name, backend, strategy)]
                 section["records"].append(record)
-                section["summary"] = dynamic.summarize(section["records"])
+                section["summary"] = dynamic.summarize_records(section["records"])
                 self.save(results)
                 self.progress.cell_finished(Cell(workload=workload.name, backend=f"{backend} ({strategy})",
                                                  status=record["status"], error=record.get("error")))

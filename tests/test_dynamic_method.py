@@ -68,7 +68,7 @@ def test_transition_cost_is_measured_beyond_a_steady_call(records):
 
 def test_the_reduction_is_not_capped_by_the_first_compile(records):
     plan, recs = records
-    (row,) = dynamic.summarize(recs)
+    (row,) = dynamic.summarize_records(recs)
     # Counting the first compile under both strategies capped this at 1 - 1/K (67 % for K = 3).
     assert row["transition_reduction"] > 0.9
     assert row["transitions"] == 3

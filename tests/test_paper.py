@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from compare.derived import amortization_curve
-from compare.dynamic import shape_plan, summarize
+from compare.dynamic import shape_plan, summarize_records
 from compare.roofline import count_work, place
 from conftest import load_results, run_cli
 from workloads import builtin_workloads
@@ -87,7 +87,7 @@ def test_dynamic_summary_arithmetic():
         {"workload": "w", "backend": "b", "strategy": "steady", "status": "ok", "slowdown": 0.1,
          "slowdown_ci": [0.05, 0.15]},
     ]
-    (row,) = summarize(records)
+    (row,) = summarize_records(records)
     assert row["transition_reduction"] == pytest.approx(0.7)
     assert row["steady_slowdown"] == pytest.approx(0.1) and row["steady_slowdown_ci"] == [0.05, 0.15]
     assert row["transitions"] == 4

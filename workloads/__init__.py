@@ -34,7 +34,7 @@ SUITES = ("paper", "models", "all")
 
 def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
     from .models import MODEL_WORKLOADS
-    from .paper import PAPER_WORKLOADS
+    from .survey import PAPER_WORKLOADS
 
     if suite not in SUITES:
         raise WorkloadError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
