@@ -1,9 +1,12 @@
 """--executor ray on a local Ray instance (CPU only)."""
 import importlib.util
+import subprocess
+import sys
+import time
 
 import pytest
 
-from conftest import FAST, FIXTURES, load_results, run_cli
+from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
 
@@ -54,3 +57,34 @@ def test_records_tuned_by_one_task_are_reused_by_a_later_one(tmp_path):
     tuning = [next(c for c in load_results(tmp_path / r)["cells"] if c["backend"] == "tvm")["info"]["tuning"]
               for r in ("a", "b")]
     assert tuning[0]["reused"] is False and tuning[1]["reused"] is True
+
+
+@pytest.mark.slow  # a two-node Ray cluster on this machine, one node killed mid-run, then a resume
+def test_a_node_lost_mid_run_costs_its_cells_which_resume_completes(tmp_path, monkeypatch):
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the nodes' task folders land here, where we watch them
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    worker = cluster.add_node(num_cpus=1)  # a second raylet: cells spread over both nodes
+    args = ["--backends", "eager", "--workload-file", FIXTURES / "slow_workloads.py", "--workloads",
+            "slow1,slow2,slow3", "--size", "small", "--threads", "1", *FAST, "--no-history",
+            "--executor", "ray", "--ray-address", cluster.address]
+    out = tmp_path / "run"
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "compare", *map(str, args), "--output-dir", str(out)],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("dlcompare-ray-*"))) < 2:  # a cell running on each node
+            assert time.monotonic() < deadline and run.poll() is None, "two cells never ran at once"
+            time.sleep(0.2)
+        cluster.remove_node(worker)  # kills the node's raylet and the cell running there
+        assert run.wait(300) == 1, run.stdout.read()
+        cells = {c["workload"]: c for c in load_results(out)["cells"]}
+        lost = [c for c in cells.values() if c["status"] != "ok"]
+        assert len(cells) == 3 and len(lost) == 1, cells
+        assert lost[0]["transient"] is True and lost[0]["error"].startswith("worker killed by node loss")
+        resumed = run_cli(*args, "--resume", out)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert all(c["status"] == "ok" for c in load_results(out)["cells"])
+    finally:
+        cluster.shutdown()
