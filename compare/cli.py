@@ -115,10 +115,13 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
 
 def _add_execution(parser: argparse.ArgumentParser) -> None:
     """How cells run: threads, limits, where results, caches and logs go."""
+    from .runner import RunConfig
+
     parser.add_argument(
         "--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)"
     )
-    parser.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds per cell before it is killed")
+    parser.add_argument("--timeout", type=_positive_float, default=RunConfig.timeout_s,
+                        help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g})")
     parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
                      help="address-space limit per worker (cells over it are out_of_memory)")
     parser.add_argument("--output-dir", default=None, help="where results go (default: reports/<timestamp>/)")
@@ -129,9 +132,12 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
 
 def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
     """How latency and numerics are sampled."""
-    parser.add_argument("--time-budget", type=_positive_float, default=8.0, metavar="S",
+    from .measure import TimingConfig
+    from .runner import RunConfig
+
+    parser.add_argument("--time-budget", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
-    parser.add_argument("--min-samples", type=_positive_int, default=10)
+    parser.add_argument("--min-samples", type=_positive_int, default=TimingConfig.min_samples)
     parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
                         help="one untimed call before each timed sample, so that no sample pays for what the "
                              "other callable left behind (default on; off: the method before 2026-11)")
@@ -140,7 +146,8 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
                              "sample the same stretch of time (default on; local executor)")
     parser.add_argument("--processes", type=_positive_int, default=processes, metavar="K",
                         help=f"fresh worker processes per cell, samples pooled across them (default {processes})")
-    parser.add_argument("--reference-processes", type=_positive_int, default=3, metavar="K",
+    parser.add_argument("--reference-processes", type=_positive_int, default=RunConfig.reference_processes,
+                        metavar="K",
                         help="at least K processes for the eager-only reference, pooled, so that one process's "
                              "offset does not shift every comparison with it (default 3)")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
