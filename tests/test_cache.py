@@ -56,7 +56,7 @@ def test_warm_second_run_hits_and_compiles_faster(warm_runs, backend):
 
 @pytest.mark.slow  # a default-size compile of three backends
 def test_other_shape_misses(warm_runs, tmp_path):
-    base, store, _ = warm_runs
+    base, store, _, _ = warm_runs
     proc = run_cli("--backends", ",".join(BACKENDS), *[a if a != "small" else "default" for a in COMMON],
                    "--cache", "warm", "--tuning-logs", store, "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -67,7 +67,7 @@ def test_other_shape_misses(warm_runs, tmp_path):
 
 @pytest.mark.parametrize("backend", ["ort", "iree"])
 def test_other_backend_version_misses(warm_runs, tmp_path, backend):
-    base, store, _ = warm_runs
+    base, store, _, _ = warm_runs
     (meta_path,) = list((store / backend).glob("*/mlp-small-*/artifact.json"))
     meta = json.loads(meta_path.read_text())
     meta["versions"] = {k: "0.0.0-other" for k in meta["versions"]}
@@ -78,7 +78,7 @@ def test_other_backend_version_misses(warm_runs, tmp_path, backend):
 
 
 def test_inductor_key_holds_the_torch_version(warm_runs):
-    _, store, _ = warm_runs
+    _, store, _, _ = warm_runs
     (target_dir,) = list((store / "inductor").iterdir())
     assert "torch2.13.0" in target_dir.name and "1t" in target_dir.name
 
