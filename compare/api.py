@@ -19,11 +19,12 @@ def run(**options: Any) -> RunResults:
     comma-separated, ``True`` a bare flag. Bad options raise ``ValueError`` with the
     CLI's one-line message; failed cells are in the results, as in the CLI."""
     from . import cli
+    from .config import UsageError, make_config
     from .runner import Runner
 
     try:
-        config = cli.make_config(cli.parse(["run", *_argv(options)]))
-    except (cli.UsageError, ValueError) as exc:
+        config = make_config(cli.parse(["run", *_argv(options)]))
+    except (UsageError, ValueError) as exc:
         raise ValueError(str(exc)) from None
     return Runner(config).run()
 

@@ -1,0 +1,170 @@
+"""From the command line to a RunConfig: every option checked, in one line each when
+bad, before anything runs; and the config of a run being resumed."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import re
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """The run's ``config.options``: every backend option by field name (switches as bools)."""
+    from adapters import backend_classes
+
+    options = {}
+    for cls in backend_classes().values():
+        for f in cls.options_type.cli_fields():
+            value = getattr(args, f.name)
+            options[f.name] = value == "on" if f.metadata["kind"] == "switch" else value
+    return options
+
+
+def _fresh_run_dir(root: Path) -> Path:
+    """reports/<timestamp>[-N]: created exclusively, so two runs started in the same
+    second never share (and overwrite) one folder."""
+    _check_output_dir(root)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        candidate = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise UsageError(f"cannot create a fresh run folder under {root}")
+
+
+def _check_output_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"output dir {path} is not writable ({exc.strerror or exc})") from None
+
+
+def make_config(args: argparse.Namespace, output_dir: Path | None = None):
+    """The run's RunConfig from the command line; every bad input is a UsageError (or a
+    WorkloadError) in one line, before anything runs."""
+    from .environment import available_cores
+    from .runner import RunConfig
+
+    backends = _checked_backends(args.backends)
+    workloads = _checked_workloads(args)
+    _check_options(args)
+    allocator, malloc_env = _allocator(args)
+    return RunConfig(
+        backends=backends,
+        workloads=[w.name for w in workloads],
+        size=args.size,
+        device=args.device,
+        threads=args.threads or available_cores(),
+        timeout_s=args.timeout,
+        memory_limit_mb=args.memory_limit,
+        cache=args.cache,
+        cache_root=str(Path(args.tuning_logs)),
+        output_dir=str(_output_dir(args, output_dir)),
+        workload_files=[str(Path(f).resolve()) for f in args.workload_file],
+        seed=args.seed,
+        timing={"budget_s": args.time_budget, "min_samples": args.min_samples,
+                "sample_warmup": args.sample_warmup == "on"},
+        options=backend_options(args),
+        keep_work_dirs=args.keep_work_dirs,
+        numerics_draws=args.numerics_draws,
+        processes=args.processes,
+        reference_processes=args.reference_processes,
+        batches=list(args.batch),
+        dtypes=list(args.dtype),
+        suite=args.suite,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        ray_share_cores=args.ray_share_cores,
+        roofline=getattr(args, "roofline", False) or args.command == "paper",
+        allocator=allocator,
+        malloc_env=malloc_env,
+        thread_spin=args.thread_spin,
+        interleave=args.interleave == "on" and args.executor == "local",
+    )
+
+
+def _checked_backends(names: list[str]) -> list[str]:
+    """Eager first (the reference), then the others, each known and listed once."""
+    from adapters import backend_names
+
+    known = backend_names()
+    backends = ["eager"] + [b for b in names if b != "eager"]
+    for b in backends:
+        if b not in known:
+            raise UsageError(f"unknown backend {b!r} (known: {', '.join(known)})")
+    if len(set(backends)) != len(backends):
+        raise UsageError("a backend is listed twice in --backends")
+    return backends
+
+
+def _checked_workloads(args: argparse.Namespace) -> list:
+    from workloads import resolve_workloads
+
+    names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
+    workloads = resolve_workloads(names, args.workload_file, args.suite)  # WorkloadError on bad names/files
+    for w in workloads:
+        for batch in args.batch if w.batch_param else [None]:
+            w.with_batch(batch).input_specs(args.size)  # a bad size is a usage error, not a failed cell
+    if args.batch and not any(w.batch_param for w in workloads):
+        raise UsageError("--batch: none of the chosen workloads has a batch dimension")
+    return workloads
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.cuda_arch and not re.fullmatch(r"sm_\d{2,3}a?", args.cuda_arch):
+        raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
+
+
+def _allocator(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    from .allocators import AllocatorMissing, allocator_env, resolve
+
+    allocator = resolve("system" if args.system_malloc else args.allocator)
+    try:
+        return allocator, allocator_env(allocator)
+    except AllocatorMissing as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _output_dir(args: argparse.Namespace, output_dir: Path | None) -> Path:
+    """The run's folder: the resumed one, the one asked for, or a fresh reports/<timestamp>/."""
+    if output_dir is None and not args.output_dir:
+        return _fresh_run_dir(Path("reports"))
+    output_dir = output_dir if output_dir is not None else Path(args.output_dir)
+    _check_output_dir(output_dir)
+    return output_dir
+
+
+def resume_state(args: argparse.Namespace):
+    """The stored run, its config and how many transient cells run again; refuses
+    (UsageError) when what was asked or the machine no longer matches the run
+    (``compare.resume``)."""
+    from . import environment
+    from .results import RunResults
+    from .resume import ResumeRefused, plan_resume
+    from .runner import RunConfig
+
+    stored = RunResults.load(args.resume)
+    try:
+        config = RunConfig(**stored.config)
+    except TypeError as exc:
+        raise UsageError(f"{args.resume}: its config cannot be resumed by this dlcompare ({exc})") from None
+    config.output_dir = str(Path(args.resume))
+    requested = make_config(args, output_dir=Path(args.resume))
+    try:
+        plan = plan_resume(stored, config, requested, args.explicit, environment.capture(config.threads, config.device))
+    except ResumeRefused as exc:
+        raise UsageError(f"cannot resume {args.resume}: {exc}") from None
+    return plan.results, plan.config, plan.rerun
