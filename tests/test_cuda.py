@@ -12,9 +12,10 @@ HAS_GPU = torch.cuda.is_available()
 TINY = next(w for w in load_workload_file(FIXTURES / "tiny_workloads.py") if w.name == "tiny_linear")
 
 
-def _ctx(tmp_path, arch):
+def _ctx(tmp_path, arch, backend):
+    options = get_backend(backend).options_type.from_options({"cuda_arch": arch})
     return CompileContext(workload_name="tiny_linear", workload_key=TINY.key("small"), device="cuda", threads=1,
-                          work_dir=tmp_path, options={"cuda_arch": arch})
+                          work_dir=tmp_path, options=options)
 
 
 def _tiny():
@@ -24,7 +25,7 @@ def _tiny():
 @pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm not installed")
 def test_tvm_generates_cuda_code_without_a_gpu(tmp_path):
     model, inputs = _tiny()
-    ctx = _ctx(tmp_path, "sm_80")
+    ctx = _ctx(tmp_path, "sm_80", "tvm-untuned")
     executable = get_backend("tvm-untuned").build(model, inputs, ctx)
     assert executable is not None
     assert ctx.info["target"] == {"kind": "cuda", "arch": "sm_80"}
@@ -35,7 +36,7 @@ def test_tvm_generates_cuda_code_without_a_gpu(tmp_path):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_iree_compiles_a_cuda_vmfb_without_a_gpu(tmp_path, arch):
     model, inputs = _tiny()
-    ctx = _ctx(tmp_path, arch)
+    ctx = _ctx(tmp_path, arch, "iree")
     vmfb = tmp_path / "cuda.vmfb"
     get_backend("iree")._export_and_compile(model, inputs, ctx, vmfb)
     assert vmfb.stat().st_size > 1000

@@ -92,7 +92,7 @@ def test_default_schedules_off_keeps_the_naked_build_and_says_so(last_token):
 
     from tvm import relax
 
-    from adapters.tvm import _TvmBase
+    from adapters.tvm import TvmOptions, _TvmBase
     from adapters.tvm_schedules import unscheduled
 
     module, inputs, _ = last_token
@@ -100,7 +100,7 @@ def test_default_schedules_off_keeps_the_naked_build_and_says_so(last_token):
     with target:
         naked = relax.pipeline.zero_pipeline()(_relax(module, inputs, canonicalize=True))
     for option, left in (("off", unscheduled(naked)), ("on", [])):
-        ctx = SimpleNamespace(options={"tvm_default_schedules": option}, info={})
+        ctx = SimpleNamespace(options=TvmOptions(tvm_default_schedules=option), info={})
         built = _TvmBase.cpu_default_schedules(naked, target, ctx)
         assert ctx.info["unscheduled_functions"] == left == unscheduled(built)
         assert ctx.info["default_scheduled"] == sorted(set(unscheduled(naked)) - set(left))
