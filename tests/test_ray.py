@@ -1,8 +1,11 @@
 """--executor ray on a local Ray instance (CPU only)."""
 import importlib.util
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +66,8 @@ def test_records_tuned_by_one_task_are_reused_by_a_later_one(tmp_path):
 def test_a_node_lost_mid_run_costs_its_cells_which_resume_completes(tmp_path, monkeypatch):
     from ray.cluster_utils import Cluster
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the nodes' task folders land here, where we watch them
+    watched = Path(tempfile.mkdtemp(prefix="dlc-ray-", dir="/tmp"))  # short: Ray's socket paths live below it
+    monkeypatch.setenv("TMPDIR", str(watched))  # the nodes' task folders land here, where we watch them
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     worker = cluster.add_node(num_cpus=1)  # a second raylet: cells spread over both nodes
     args = ["--backends", "eager", "--workload-file", FIXTURES / "slow_workloads.py", "--workloads",
@@ -74,7 +78,7 @@ def test_a_node_lost_mid_run_costs_its_cells_which_resume_completes(tmp_path, mo
         run = subprocess.Popen([sys.executable, "-m", "compare", *map(str, args), "--output-dir", str(out)],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("dlcompare-ray-*"))) < 2:  # a cell running on each node
+        while len(list(watched.glob("dlcompare-ray-*"))) < 2:  # a cell running on each node
             assert time.monotonic() < deadline and run.poll() is None, "two cells never ran at once"
             time.sleep(0.2)
         cluster.remove_node(worker)  # kills the node's raylet and the cell running there
@@ -88,3 +92,4 @@ def test_a_node_lost_mid_run_costs_its_cells_which_resume_completes(tmp_path, mo
         assert all(c["status"] == "ok" for c in load_results(out)["cells"])
     finally:
         cluster.shutdown()
+        shutil.rmtree(watched, ignore_errors=True)
