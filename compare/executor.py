@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .cells import CellSpecs, cell_from_worker
 from .interleave import run_interleaved
-from .pooling import pool_processes
+from .pooling import pool_processes, run_processes
 from .process import WorkerProcess, execute_worker, kill_group
 from .results import Cell, variant_label
 
@@ -157,15 +157,15 @@ class LocalExecutor(Executor):
         except Exception as exc:  # invalid user workload: the cell fails, the run goes on
             return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
         log_rel = self.specs.log_rel(workload, backend, batch, dtype, label)
-        runs, count = [], 1 if extra else max(1, cfg.processes)
-        for index in range(count):
-            runs.append(execute_worker(dict(spec, process_index=index), self.output_dir / log_rel, cfg.timeout_s,
-                                       self.specs.env(), on_phase=self._phase_reporter(workload.name, backend, index, count),
-                                       on_start=self._set_current, keep_work_dir=cfg.keep_work_dirs))
+        count = 1 if extra else max(1, cfg.processes)
+
+        def run_one(worker_spec: dict[str, Any], index: int) -> dict[str, Any]:
+            result = execute_worker(worker_spec, self.output_dir / log_rel, cfg.timeout_s, self.specs.env(),
+                                    on_phase=self._phase_reporter(workload.name, backend, index, count),
+                                    on_start=self._set_current, keep_work_dir=cfg.keep_work_dirs)
             self._current = None
-            if runs[-1].get("status") != "ok":
-                break
-        return {**base, **pool_processes(runs), "log": log_rel}
+            return result
+        return {**base, **run_processes(spec, count, run_one), "log": log_rel}
 
     def _set_current(self, proc) -> None:
         self._current = proc

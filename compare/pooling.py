@@ -57,3 +57,14 @@ def pool_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
         first["numerics_error"] = next(run.get("numerics_error") for run in runs if not run.get("numerics_ok"))
     first["wall_s"] = sum(run.get("wall_s") or 0.0 for run in runs)
     return first
+
+
+def run_processes(spec: dict[str, Any], count: int, run_one) -> dict[str, Any]:
+    """A cell measured in ``count`` fresh workers one after another, pooled; the first
+    worker that does not end ok stops it. ``run_one(spec, index)`` runs one worker."""
+    runs = []
+    for index in range(count):
+        runs.append(run_one(dict(spec, process_index=index), index))
+        if runs[-1].get("status") != "ok":
+            break
+    return pool_processes(runs)

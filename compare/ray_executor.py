@@ -35,17 +35,13 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
     fresh workers pooled as the local executor pools them."""
     import ray
 
-    from .pooling import pool_processes
+    from .pooling import run_processes
     from .process import execute_worker
 
     with tempfile.TemporaryDirectory(prefix="dlcompare-ray-") as tmp:
         log_path = Path(tmp) / "worker.log"
-        runs = []
-        for index in range(max(1, processes)):
-            runs.append(execute_worker(dict(spec, process_index=index), log_path, timeout_s, env))
-            if runs[-1].get("status") != "ok":
-                break
-        cell = pool_processes(runs)
+        cell = run_processes(spec, max(1, processes),
+                             lambda worker_spec, _index: execute_worker(worker_spec, log_path, timeout_s, env))
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     node = {"hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
     return cell, log_text, node
