@@ -10,7 +10,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from compare.files import atomic_write_text
+from compare.results.files import atomic_write_text
 
 META = "artifact.json"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from compare.files import atomic_write_text
+from compare.results.files import atomic_write_text
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"

@@ -8,13 +8,13 @@ __version__ = "0.1.0"
 
 def run(**options):
     """See ``compare.api.run``."""
-    from .api import run as _run
+    from compare.api import run as _run
 
     return _run(**options)
 
 
 def load(run_dir):
     """See ``compare.api.load``."""
-    from .api import load as _load
+    from compare.api import load as _load
 
     return _load(run_dir)

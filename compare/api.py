@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .results import RunResults
+from compare.results.schema import RunResults
 
 
 def run(**options: Any) -> RunResults:
@@ -18,9 +18,9 @@ def run(**options: Any) -> RunResults:
     Each keyword is a CLI flag (``time_budget=1`` is ``--time-budget 1``); lists become
     comma-separated, ``True`` a bare flag. Bad options raise ``ValueError`` with the
     CLI's one-line message; failed cells are in the results, as in the CLI."""
-    from . import cli
-    from .config import UsageError, make_config
-    from .runner import Runner
+    from compare import cli
+    from compare.config import UsageError, make_config
+    from compare.harness.runner import Runner
 
     try:
         config = make_config(cli.parse(["run", *_argv(options)]))
@@ -31,7 +31,7 @@ def run(**options: Any) -> RunResults:
 
 def load(run_dir: str | Path) -> RunResults:
     """A finished (or interrupted) run, older schemas migrated, derived figures filled."""
-    from .derived import fill_derived
+    from compare.results.derived import fill_derived
 
     results = RunResults.load(run_dir)
     fill_derived(results)

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command
-from .config import UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
+from compare.commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command
+from compare.config import UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
 
 EXIT_USAGE = 2
 EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
@@ -62,7 +62,7 @@ def _batch_list(value: str) -> list[int]:
 
 
 def _dtype_list(value: str) -> list[str]:
-    from .measure import DTYPE_NAMES
+    from compare.measure.numerics import DTYPE_NAMES
 
     dtypes = _csv(value)
     for d in dtypes:
@@ -106,7 +106,7 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
 
 def _add_execution(parser: argparse.ArgumentParser) -> None:
     """How cells run: threads, limits, where results, caches and logs go."""
-    from .runner import RunConfig
+    from compare.harness.runner import RunConfig
 
     parser.add_argument(
         "--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)"
@@ -123,8 +123,8 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
 
 def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
     """How latency and numerics are sampled."""
-    from .measure import TimingConfig
-    from .runner import RunConfig
+    from compare.harness.runner import RunConfig
+    from compare.measure.timing import TimingConfig
 
     parser.add_argument("--time-budget", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
@@ -147,7 +147,7 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
 
 def _add_conditions(parser: argparse.ArgumentParser) -> None:
     """Run conditions recorded with the results: seed, allocator, thread spin, executor."""
-    from .allocators import ALLOCATORS, DEFAULT_ALLOCATOR
+    from compare.harness.allocators import ALLOCATORS, DEFAULT_ALLOCATOR
 
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     his.add_argument("--workload")
     his.add_argument("--backend")
 
-    from . import tuning_logs
+    from compare import tuning_logs
 
     tuning_logs.add_parser(sub)
 
@@ -272,11 +272,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from adapters.base import BackendUnavailable  # noqa: F401  (import check: fail early if broken)
+    from compare.harness.runner import OutputError
+    from compare.results.schema import ResultsError
+    from compare.tuning_logs import TuningLogsUsage
     from workloads import WorkloadError
-
-    from .results import ResultsError
-    from .runner import OutputError
-    from .tuning_logs import TuningLogsUsage
 
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
@@ -294,11 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 COMMANDS = {
     "paper": lambda args: cmd_run(args, paper=True),
     "report": lambda args: cmd_report(args),
-    "diff": module_command("diff"),
-    "reference": module_command("reference"),
+    "diff": module_command("report.diff"),
+    "reference": module_command("report.reference"),
     "history": cmd_history,
     "tuning-logs": module_command("tuning_logs"),
-    "noise": module_command("noise", "seconds"),
-    "overhead": module_command("overhead", "repeats"),
+    "noise": module_command("experiments.noise", "seconds"),
+    "overhead": module_command("experiments.overhead", "repeats"),
     "list": lambda args: cmd_list(args),
 }

@@ -11,7 +11,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from .config import UsageError, make_config, resume_state
+from compare.config import UsageError, make_config, resume_state
 
 EXIT_OK, EXIT_CELL_FAILED = 0, 1
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -20,8 +20,8 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     from rich.console import Console
 
-    from .report import problems, rich_geomean_table, rich_table
-    from .runner import RunInterrupted, Runner
+    from compare.harness.runner import RunInterrupted, Runner
+    from compare.report.text import problems, rich_geomean_table, rich_table
 
     stored = None
     if args.resume:
@@ -121,19 +121,19 @@ def finalize_outputs(results, config, args, console) -> None:
     a failure here is reported but never touches results.json."""
     if results is None:
         return
-    from .html_report import write_html
+    from compare.report.html import write_html
 
     out_dir = Path(config.output_dir)
     try:
         write_html(results, out_dir)
         if args.command == "paper":
-            from .paper import write_paper
+            from compare.report.paper import write_paper
 
             write_paper(results, out_dir)
     except Exception as exc:  # a plotting bug must not cost the measured results
         console.print(f"[yellow]warning:[/yellow] report not written: {type(exc).__name__}: {exc}")
     if not args.no_history:
-        from .history import record_run
+        from compare.results.history import record_run
 
         db = Path(args.history) if args.history else out_dir.resolve().parent / "history.sqlite"
         try:
@@ -187,10 +187,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    from .derived import fill_derived
-    from .html_report import write_html
-    from .report import rich_geomean_table, rich_table, write_tables
-    from .results import RunResults
+    from compare.report.html import write_html
+    from compare.report.text import rich_geomean_table, rich_table, write_tables
+    from compare.results.derived import fill_derived
+    from compare.results.schema import RunResults
 
     results = RunResults.load(args.run_dir)
     fill_derived(results)  # derived figures follow the measured ones (and migrated files get them)
@@ -200,7 +200,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_tables(results, run_dir)
     write_html(results, run_dir)
     if "dynamic_shapes" in results.experiments or "roofline_ceilings" in results.experiments:
-        from .paper import write_paper
+        from compare.report.paper import write_paper
 
         write_paper(results, run_dir)
     console = wide_console()
@@ -215,7 +215,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from . import history
+    from compare.results import history
 
     try:
         return history.run(args, wide_console())
@@ -229,6 +229,8 @@ def module_command(module: str, *fields: str):
     """A subcommand run by ``compare.<module>.run(args, console)`` or, with ``fields``,
     by ``compare.<module>.main(*those args)``."""
     def run(args: argparse.Namespace) -> int:
-        target = importlib.import_module(f"compare.{module}")
+        target = importlib.import_module(run.module)
         return target.main(*(getattr(args, f) for f in fields)) if fields else target.run(args, wide_console())
+    run.module = f"compare.{module}"  # type: ignore[attr-defined]
+    run.entry = "main" if fields else "run"  # type: ignore[attr-defined]
     return run

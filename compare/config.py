@@ -53,8 +53,8 @@ def _check_output_dir(path: Path) -> None:
 def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     """The run's RunConfig from the command line; every bad input is a UsageError (or a
     WorkloadError) in one line, before anything runs."""
-    from .environment import available_cores
-    from .runner import RunConfig
+    from compare.harness.runner import RunConfig
+    from compare.results.environment import available_cores
 
     backends = _checked_backends(args.backends)
     workloads = _checked_workloads(args)
@@ -129,7 +129,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _allocator(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
-    from .allocators import AllocatorMissing, allocator_env, resolve
+    from compare.harness.allocators import AllocatorMissing, allocator_env, resolve
 
     allocator = resolve("system" if args.system_malloc else args.allocator)
     try:
@@ -150,11 +150,11 @@ def _output_dir(args: argparse.Namespace, output_dir: Path | None) -> Path:
 def resume_state(args: argparse.Namespace):
     """The stored run, its config and how many transient cells run again; refuses
     (UsageError) when what was asked or the machine no longer matches the run
-    (``compare.resume``)."""
-    from . import environment
-    from .results import RunResults
-    from .resume import ResumeRefused, plan_resume
-    from .runner import RunConfig
+    (``compare.harness.resume``)."""
+    from compare.harness.resume import ResumeRefused, plan_resume
+    from compare.harness.runner import RunConfig
+    from compare.results import environment
+    from compare.results.schema import RunResults
 
     stored = RunResults.load(args.resume)
     try:

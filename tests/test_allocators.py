@@ -1,7 +1,8 @@
 """--allocator is a recorded run condition that every worker really runs under."""
 import pytest
 
-from compare import allocators, cli
+from compare import cli
+from compare.harness import allocators
 from conftest import FIXTURES, load_results, run_cli
 
 COMMON = ["--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads.py", "--workloads", "fine",

@@ -14,7 +14,7 @@ def test_run_load_and_a_frame_per_cell(tmp_path):
     frame = results.to_pandas()
     assert list(frame["workload"]) == ["mlp", "conv"] and frame["latency_ms"].gt(0).all()
     again = compare.load(tmp_path / "run")
-    assert again.run_id == results.run_id and again.cells[0].latency_ms.median == results.cells[0].latency_ms.median
+    assert again.run_id == results.run_id and again.cells[0].latency.median == results.cells[0].latency.median
 
 
 @pytest.mark.unit

@@ -62,9 +62,21 @@ def test_noise_benchmark_prints_the_spread():
 
 @pytest.mark.unit
 def test_noise_summary_arithmetic():
-    from compare.noise import summary
+    from compare.experiments.noise import summary
 
     windows = [(i * 0.1, 1.0) for i in range(10)] + [(1.0 + i * 0.1, 1.5) for i in range(10)]
     result = summary(windows)  # median of all windows: 1.25
     assert result["per_second"] == pytest.approx([-0.2, 0.2])
     assert result["fastest_second"] == pytest.approx(-0.2) and result["slowest_second"] == pytest.approx(0.2)
+
+
+@pytest.mark.unit
+def test_every_subcommand_module_exists():
+    import importlib
+
+    from compare.cli import COMMANDS
+
+    delegated = {name: cmd for name, cmd in COMMANDS.items() if hasattr(cmd, "module")}
+    assert {"diff", "reference", "noise", "overhead", "tuning-logs"} <= set(delegated)
+    for name, cmd in delegated.items():
+        assert callable(getattr(importlib.import_module(cmd.module), cmd.entry)), name

@@ -5,7 +5,7 @@ import pytest
 
 from adapters.base import Backend, CompileContext, CompileResult, DelegatingSession
 from adapters.eager import TorchCompiled
-from compare import dynamic
+from compare.experiments import dynamic
 from conftest import FIXTURES
 from workloads import resolve_workloads
 

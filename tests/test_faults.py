@@ -20,7 +20,7 @@ import faults
 from adapters import artifacts
 from adapters.tuning_store import RECORD_FILE, TuningLogStore
 from compare.cli import main as cli_main
-from compare.results import ResultsError, RunResults
+from compare.results.schema import ResultsError, RunResults
 from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
 from workloads import TensorSpec, Workload, WorkloadError
 
@@ -128,7 +128,7 @@ def test_resume_refuses_corrupt_or_foreign_results(tmp_path):
 @pytest.mark.unit
 def test_truncated_results_at_random_offsets(tmp_path):
     source = RunResults(environment={"threads": 1}, config={}, run_id="r")
-    from compare.results import Cell
+    from compare.results.schema import Cell
 
     source.cells = [Cell(workload=f"w{i}", backend="b", status="ok", speedup=1.5) for i in range(20)]
     text = json.dumps(source.to_dict())

@@ -2,7 +2,7 @@
 reference's coverage, and a worker that dies in its turn."""
 import pytest
 
-from compare.interleave import run_interleaved
+from compare.harness.interleave import run_interleaved
 
 pytestmark = pytest.mark.unit
 

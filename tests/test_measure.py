@@ -4,16 +4,9 @@ import time
 import pytest
 import torch
 
-from compare.measure import (
-    Timed,
-    TimingConfig,
-    break_even_calls,
-    compare_outputs,
-    median_rel_se,
-    speedup_interval,
-    summarize,
-    time_alternating,
-)
+from compare.measure.numerics import compare_outputs
+from compare.measure.stats import break_even_calls, median_rel_se, speedup_interval, summarize
+from compare.measure.timing import Timed, TimingConfig, time_alternating
 
 pytestmark = pytest.mark.unit
 
@@ -82,3 +75,15 @@ def test_relative_error_is_not_blown_up_by_zeros():
     # denominator floored at atol (1e-4): 1e-6 / 1e-4 = 1e-2, not infinity
     assert res["max_rel"] == pytest.approx(1e-2, rel=1e-3)
     assert res["ok"]
+
+
+def test_one_precision_table_names_every_precision_once():
+    from compare.measure.numerics import DTYPE_NAMES, PRECISIONS, tolerance_for, torch_dtype
+
+    for name in DTYPE_NAMES:
+        precision = PRECISIONS[name]
+        assert torch_dtype(name) == getattr(torch, precision.element_type)
+        assert torch.finfo(torch_dtype(name)).eps == precision.eps
+        assert tolerance_for(str(torch_dtype(name)).removeprefix("torch.")) == precision.tolerance
+    assert tolerance_for("int64") == (0.0, 0.0)
+

@@ -4,18 +4,12 @@ import math
 import numpy as np
 import pytest
 
-from compare.derived import fill_derived, reference_spread
-from compare.measure import (
-    bootstrap_medians,
-    break_even_interval,
-    fp32_verdict,
-    numerics_verdict,
-    paired_bootstrap_medians,
-    speedup_interval,
-)
-from compare.pooling import pool_processes
-from compare.report import geomean_rows
-from compare.results import Cell, LatencyStats, RunResults
+from compare.harness.pooling import pool_processes
+from compare.measure.numerics import fp32_verdict, numerics_verdict
+from compare.measure.stats import bootstrap_medians, break_even_interval, paired_bootstrap_medians, speedup_interval
+from compare.report.text import geomean_rows
+from compare.results.derived import fill_derived, reference_spread
+from compare.results.schema import Cell, LatencyStats, RunResults
 
 pytestmark = pytest.mark.unit
 
@@ -69,8 +63,8 @@ def test_break_even_interval_is_never_when_the_speedup_interval_reaches_one():
 def _cell(workload, backend, eager_ms, ms, phases=None, tuning_s=None, groups=None, label_batch=None):
     ref = _stats(RNG.normal(eager_ms, eager_ms * 0.01, 30))
     lat = _stats(RNG.normal(ms, ms * 0.01, 30))
-    return Cell(workload=workload, backend=backend, status="ok", batch=label_batch, latency_ms=lat,
-                eager_latency=ref, eager_latency_ms=ref.median, compile_phases=phases or {"compile": 2.0},
+    return Cell(workload=workload, backend=backend, status="ok", batch=label_batch, latency=lat,
+                eager_latency=ref, compile_phases=phases or {"compile": 2.0},
                 compile_s=sum((phases or {"compile": 2.0}).values()), tuning_s=tuning_s, numerics_ok=True,
                 process_samples=groups)
 
@@ -81,10 +75,10 @@ def test_break_even_counts_the_tuning_behind_a_reused_log():
     unknown = _cell("mlp", "tvm", 10.0, 5.0, phases={"build": 2.0, "tune": 0.0}, tuning_s=None)
     plain = _cell("mlp", "ort", 10.0, 5.0, phases={"session": 2.0})
     fill_derived(RunResults(environment={}, config={}, cells=[reused, tuned_now, unknown, plain]))
-    saved_s = (reused.eager_latency.median - reused.latency_ms.median) / 1e3
+    saved_s = (reused.eager_latency.median - reused.latency.median) / 1e3
     assert reused.break_even_calls == pytest.approx(102.0 / saved_s)
     assert reused.break_even_calls_excl_tuning == pytest.approx(2.0 / saved_s)
-    saved_now = (tuned_now.eager_latency.median - tuned_now.latency_ms.median) / 1e3
+    saved_now = (tuned_now.eager_latency.median - tuned_now.latency.median) / 1e3
     assert tuned_now.break_even_calls == pytest.approx(52.0 / saved_now)
     assert unknown.break_even_calls is None and unknown.break_even_note.startswith("unknown")
     assert unknown.break_even_calls_excl_tuning is not None
@@ -93,13 +87,13 @@ def test_break_even_counts_the_tuning_behind_a_reused_log():
 
 def test_reference_deviation_against_the_eager_only_cell():
     eager = _cell("mlp", "eager", 10.0, 10.0)
-    eager.eager_latency = eager.latency_ms
+    eager.eager_latency = eager.latency
     close = _cell("mlp", "ort", 10.2, 5.0)
     far = _cell("mlp", "tvm", 12.0, 5.0)
     results = RunResults(environment={}, config={}, cells=[eager, close, far])
     fill_derived(results)
-    assert close.eager_only_ms == pytest.approx(eager.latency_ms.median)
-    assert close.reference_deviation == pytest.approx(close.eager_latency_ms / eager.latency_ms.median - 1)
+    assert close.eager_only_ms == pytest.approx(eager.latency.median)
+    assert close.reference_deviation == pytest.approx(close.eager_median_ms / eager.latency.median - 1)
     spread = reference_spread(results)
     assert spread["largest_cell"] == "mlp / tvm" and spread["largest"] == pytest.approx(far.reference_deviation)
     assert len(spread["beyond"]) == 1 and "mlp / tvm" in spread["beyond"][0]
@@ -127,12 +121,12 @@ def test_pooling_processes_keeps_the_first_compile_and_every_pair():
     def run(level, compile_s):
         lat = _stats(np.full(10, level))
         ref = _stats(np.full(10, 2 * level))
-        return {"status": "ok", "latency_ms": lat.__dict__, "eager_latency": ref.__dict__,
-                "eager_latency_ms": ref.median, "compile_s": compile_s, "numerics_ok": True, "wall_s": 1.0}
+        return {"status": "ok", "latency": lat.__dict__, "eager_latency": ref.__dict__,
+                "compile_s": compile_s, "numerics_ok": True, "wall_s": 1.0}
 
     pooled = pool_processes([run(1.0, 5.0), run(3.0, 1.0)])
     assert pooled["process_samples"] == [10, 10] and len(pooled["processes"]) == 2
-    assert pooled["compile_s"] == 5.0 and pooled["latency_ms"]["n"] == 20 and pooled["wall_s"] == 2.0
+    assert pooled["compile_s"] == 5.0 and pooled["latency"]["n"] == 20 and pooled["wall_s"] == 2.0
     failed = pool_processes([run(1.0, 5.0), {"status": "failed", "error": "boom"}])
     assert failed["status"] == "failed" and failed["error"] == "process 2: boom"
 
@@ -157,7 +151,7 @@ def test_reduced_precision_is_judged_per_draw():
 
 
 def test_position_split_sees_a_neighbour_effect():
-    from compare.reference import position_split
+    from compare.report.reference import position_split
 
     # ABBA: eager (A) follows the backend at odd rounds; those samples are 20 % slower.
     eager = [12.0 if i % 2 == 1 else 10.0 for i in range(40)]
@@ -169,11 +163,11 @@ def test_position_split_sees_a_neighbour_effect():
 
 
 def test_reference_command_tables(tmp_path):
-    from compare.reference import deviation_frame, load_runs, summary_frame
-    from compare.results import atomic_write_json
+    from compare.report.reference import deviation_frame, load_runs, summary_frame
+    from compare.results.schema import atomic_write_json
 
     eager = _cell("mlp", "eager", 10.0, 10.0)
-    eager.eager_latency = eager.latency_ms
+    eager.eager_latency = eager.latency
     results = RunResults(environment={"allocator": "system"}, config={"processes": 2, "thread_spin": "short"},
                          cells=[eager, _cell("mlp", "ort", 11.0, 5.0)])
     atomic_write_json(tmp_path / "r1" / "results.json", results.to_dict())

@@ -64,7 +64,7 @@ def test_with_batch_refuses_workloads_without_a_batch_dimension(tmp_path):
 
 @pytest.mark.unit
 def test_reduced_precision_verdict_scales_with_eager_error():
-    from compare.measure import reduced_precision_verdict
+    from compare.measure.numerics import reduced_precision_verdict
 
     eager = {"max_abs": 0.01}
     assert reduced_precision_verdict({"max_abs": 0.03}, eager, "bf16", 1.0)["ok"]
@@ -99,7 +99,7 @@ def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
         for dtype in ("fp32", "bf16"):
             eager = cells[("tiny_linear", "eager", batch, dtype)]
             assert eager["status"] == "ok", eager
-            assert eager["latency_ms"]["median"] > 0
+            assert eager["latency"]["median"] > 0
     # the batch reached the model: bf16 eager ran, and a bigger batch is a different cache key
     keys = {c["workload_key"] for c in data["cells"] if c["workload"] == "tiny_linear" and c["backend"] == "eager"}
     assert len(keys) == 4
@@ -118,8 +118,8 @@ def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
 
 @pytest.mark.unit
 def test_geomean_per_backend_counts_slowdowns_and_lists_what_it_leaves_out():
-    from compare.report import geomean_rows, summary_markdown
-    from compare.results import Cell, RunResults
+    from compare.report.text import geomean_rows, summary_markdown
+    from compare.results.schema import Cell, RunResults
 
     def cell(workload, backend, speedup, status="ok", numerics_ok=True, batch=None):
         return Cell(workload=workload, backend=backend, status=status, speedup=speedup,
@@ -142,7 +142,7 @@ def _check_every_cell_is_measured_or_explained(data, proc):
         where = f"{c['workload']}[{c['dtype']}] / {c['backend']}"
         assert c["status"] in ("ok", "unavailable", "failed"), (where, c["status"], c.get("error"))
         if c["status"] == "ok":
-            assert c["latency_ms"]["median"] > 0 and c["compile_s"] is not None, where
+            assert c["latency"]["median"] > 0 and c["compile_s"] is not None, where
             if c["numerics_ok"] is False:
                 assert c["numerics_error"], where
         else:
@@ -185,7 +185,7 @@ def test_whole_model_suite_in_fp32_and_fp16(tmp_path):
 
 @pytest.mark.unit
 def test_a_type_rejection_keeps_the_reason_at_the_end_of_a_long_message():
-    from compare.worker import one_line
+    from compare.worker.steps import one_line
 
     dump = "ir.Op(" + "x" * 2000 + ") requires all the input tensors to have the same dtype. However, the gamma has dtype T.float16"
     line = one_line(TypeError(dump), 300, keep_end=True)

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from compare.derived import amortization_curve
-from compare.dynamic import shape_plan, summarize_records
-from compare.roofline import count_work, place
+from compare.experiments.dynamic import shape_plan, summarize_records
+from compare.experiments.roofline import count_work, place
+from compare.results.derived import amortization_curve
 from conftest import load_results, run_cli
 from workloads import builtin_workloads
 
@@ -38,7 +38,7 @@ def test_roofline_on_a_hand_counted_matmul():
 
 @pytest.mark.unit
 def test_transcendental_ops_are_counted_so_a_chain_of_them_is_compute_bound():
-    from compare.roofline import POINTWISE_FLOPS
+    from compare.experiments.roofline import POINTWISE_FLOPS
     from workloads import build_model, make_inputs
 
     x = torch.randn(64, 32)
@@ -57,8 +57,8 @@ def test_transcendental_ops_are_counted_so_a_chain_of_them_is_compute_bound():
 
 @pytest.mark.unit
 def test_ceiling_check_names_cells_above_a_ceiling():
-    from compare.results import Cell
-    from compare.roofline import ceiling_check
+    from compare.experiments.roofline import ceiling_check
+    from compare.results.schema import Cell
 
     ceilings = {"peak_gflops": 10.0, "peak_gbps": 5.0, "last_level_cache_mb": 32.0}
     fast = Cell(workload="mlp", backend="ort", status="ok", work={"flops": 1e9, "min_bytes": 8e6},

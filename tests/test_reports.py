@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from compare.diff import diff_cells, geomeans, latency_verdict
-from compare.history import list_runs
-from compare.measure import summarize
-from compare.results import Cell, RunResults, atomic_write_json
+from compare.measure.stats import summarize
+from compare.report.diff import diff_cells, geomeans, latency_verdict
+from compare.results.history import list_runs
+from compare.results.schema import Cell, RunResults, atomic_write_json
 from conftest import FAST, ROOT, run_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -22,7 +22,7 @@ def _run(samples_by_cell, run_id, compile_s=1.0, env=None):
     cells = []
     for (workload, backend), samples in samples_by_cell.items():
         stats = summarize([s / 1e3 for s in samples], number=1)
-        cells.append(Cell(workload=workload, backend=backend, status="ok", latency_ms=stats, compile_s=compile_s,
+        cells.append(Cell(workload=workload, backend=backend, status="ok", latency=stats, compile_s=compile_s,
                           speedup=1.0, max_abs_err=1e-7, numerics_ok=True))
     return RunResults(environment=env or {"cpu_model": "cpu", "threads": 2, "versions": {"torch": "2.13.0"}},
                       config={}, cells=cells, run_id=run_id, started=run_id)
@@ -79,8 +79,8 @@ def test_diff_command_and_fail_on_regression(tmp_path):
 HISTORY_WRITER = """
 import sys
 sys.path.insert(0, {root!r})
-from compare.results import Cell, RunResults
-from compare.history import record_run
+from compare.results.schema import Cell, RunResults
+from compare.results.history import record_run
 i = 0
 while True:
     res = RunResults(environment={{"cpu_model": "c", "threads": 1}}, config={{}}, run_id="run%06d" % i,
@@ -168,7 +168,7 @@ def test_report_opens_in_headless_chromium(small_report, tmp_path):
 
 @pytest.mark.unit
 def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
-    from compare import html_report
+    from compare.report import html as html_report
 
     run = _run({("mlp", "eager"): [10.0] * 5, ("mlp", "ort"): [6.0] * 5, ("mlp", "tvm"): [8.0] * 5}, "r")
     tvm = next(c for c in run.cells if c.backend == "tvm")

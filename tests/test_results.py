@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from compare.results import SCHEMA_VERSION, Cell, LatencyStats, ResultsError, RunResults, atomic_write_json
+from compare.results.schema import SCHEMA_VERSION, Cell, LatencyStats, ResultsError, RunResults, atomic_write_json
 
 pytestmark = pytest.mark.unit
 
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 def _results():
     stats = LatencyStats(median=1.0, p10=0.9, p90=1.2, q1=0.95, q3=1.05, mean=1.0, min=0.9, n=3, number=1,
                          samples=[0.9, 1.0, 1.1])
-    cell = Cell(workload="mlp", backend="inductor", status="ok", latency_ms=stats, speedup=1.5,
+    cell = Cell(workload="mlp", backend="inductor", status="ok", latency=stats, speedup=1.5,
                 max_abs_err=float("nan"), max_rel_err=float("inf"), compile_phases={"trace": 1.0})
     return RunResults(environment={"threads": 2}, config={}, cells=[cell], run_id="r1")
 
@@ -22,7 +22,7 @@ def test_round_trip(tmp_path):
     back = RunResults.load(tmp_path)
     assert back.schema_version == SCHEMA_VERSION
     cell = back.cells[0]
-    assert cell.latency_ms.median == 1.0 and cell.latency_ms.samples == [0.9, 1.0, 1.1]
+    assert cell.latency.median == 1.0 and cell.latency.samples == [0.9, 1.0, 1.1]
     # strict JSON (no NaN, no Infinity tokens); infinity comes back as a float, NaN as null
     text = (tmp_path / "results.json").read_text()
     json.loads(text, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
@@ -42,6 +42,21 @@ def test_a_version_2_file_is_migrated_on_load(tmp_path):
     first, lost, slow, broken = back.cells
     assert first.max_abs_err is None and first.max_rel_err == math.inf  # no string where a float belongs
     assert (lost.transient, slow.transient, broken.transient, first.transient) == (True, True, False, False)
+
+
+def test_a_version_3_file_gets_one_name_and_type_per_latency(tmp_path):
+    data = _results().to_dict()
+    data["schema_version"] = 3
+    stats = data["cells"][0].pop("latency")
+    data["cells"][0].update(latency_ms=stats, eager_latency=dict(stats, median=1.5), eager_latency_ms=1.5)
+    data["cells"].append(dict(workload="conv", backend="ort", status="ok", latency_ms=stats, eager_latency_ms=2.0))
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    full, median_only = RunResults.load(tmp_path).cells
+    assert isinstance(full.latency, LatencyStats) and full.latency.samples == [0.9, 1.0, 1.1]
+    assert full.eager_median_ms == 1.5 and full.eager_latency.n == 3
+    # a file that kept only eager's median: a one-sample statistic, nothing invented
+    assert median_only.eager_median_ms == 2.0 and median_only.eager_latency.n == 1
+    assert median_only.latency_median_ms == 1.0
 
 
 def test_upsert_replaces_same_key():

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from compare.results import Cell, RunResults
-from compare.resume import ResumeRefused, plan_resume
-from compare.runner import RunConfig, Runner
+from compare.harness.resume import ResumeRefused, plan_resume
+from compare.harness.runner import RunConfig, Runner
+from compare.results.schema import Cell, RunResults
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import FIXTURES, load_results, run_cli
 
 CELL_FIELDS = {
-    "workload", "backend", "status", "error", "compile_s", "compile_phases", "latency_ms", "eager_latency_ms",
+    "workload", "backend", "status", "error", "compile_s", "compile_phases", "latency", "eager_latency",
     "speedup", "max_abs_err", "max_rel_err", "numerics_ok", "break_even_calls", "peak_rss_mb", "threads",
     "import_s", "torch_import_s", "time_to_first_result_s", "settings", "allocator", "load_mb", "compile_peak_mb",
     "steady_state_mb", "eager_only_ms", "reference_deviation", "numerics_after_timing",
@@ -29,7 +29,7 @@ def test_small_run_measures_every_cell(small_run):
     out, proc = small_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = load_results(out)
-    assert data["schema_version"] == 3
+    assert data["schema_version"] == 4
     assert {"environment", "cells", "config"} <= set(data)
     env = data["environment"]
     assert env["threads"] == 1 and env["versions"]["torch"].startswith("2.13.0")
@@ -43,8 +43,8 @@ def test_small_run_measures_every_cell(small_run):
         assert c["status"] == "ok", c
         assert c["numerics_ok"] is True, c
         assert c["max_abs_err"] < 1e-4
-        assert c["latency_ms"]["median"] > 0 and c["latency_ms"]["n"] >= 5
-        assert len(c["latency_ms"]["samples"]) == c["latency_ms"]["n"]
+        assert c["latency"]["median"] > 0 and c["latency"]["n"] >= 5
+        assert len(c["latency"]["samples"]) == c["latency"]["n"]
         assert c["threads"] == 1
         assert c["peak_rss_mb"] > 0
         assert c["compile_s"] == pytest.approx(sum(c["compile_phases"].values()))
@@ -57,20 +57,20 @@ def test_small_run_measures_every_cell(small_run):
         assert c["numerics_after_timing"]["ok"] is True
         # one process per cell; the eager-only reference in three, its offset averaged out
         assert len(c["process_samples"]) == (3 if c["backend"] == "eager" else 1)
-        assert sum(c["process_samples"]) == c["latency_ms"]["n"]
+        assert sum(c["process_samples"]) == c["latency"]["n"]
         assert c["settings"]["threads"] == 1
         if c["backend"] == "eager":
             assert c["speedup"] == 1.0
         else:
             # measured alternately in the same worker: present and consistent
-            assert c["eager_latency_ms"] > 0 and c["import_s"] > 0 and c["load_mb"] is not None
-            assert c["speedup"] == pytest.approx(c["eager_latency_ms"] / c["latency_ms"]["median"])
+            assert c["eager_latency"]["median"] > 0 and c["import_s"] > 0 and c["load_mb"] is not None
+            assert c["speedup"] == pytest.approx(c["eager_latency"]["median"] / c["latency"]["median"])
             assert c["eager_only_ms"] > 0
-            assert c["reference_deviation"] == pytest.approx(c["eager_latency_ms"] / c["eager_only_ms"] - 1)
+            assert c["reference_deviation"] == pytest.approx(c["eager_latency"]["median"] / c["eager_only_ms"] - 1)
             lo, hi = c["speedup_ci"]
             if lo > 1:
                 assert c["break_even_calls"] == pytest.approx(
-                    c["compile_s"] / ((c["eager_latency_ms"] - c["latency_ms"]["median"]) / 1e3))
+                    c["compile_s"] / ((c["eager_latency"]["median"] - c["latency"]["median"]) / 1e3))
             else:
                 assert c["break_even_calls"] is None and c["break_even_note"].startswith("never")
     phases = {c["backend"]: set(c["compile_phases"]) for c in cells}
@@ -115,7 +115,7 @@ def test_processes_pool_pairs_from_fresh_workers(tmp_path):
     for cell in cells.values():
         expected = 2  # one process per round for every cell, the reference too (--reference-processes 1)
         assert len(cell["process_samples"]) == expected and len(cell["processes"]) == expected
-        assert sum(cell["process_samples"]) == cell["latency_ms"]["n"] == cell["eager_latency"]["n"]
+        assert sum(cell["process_samples"]) == cell["latency"]["n"] == cell["eager_latency"]["n"]
         assert all(p["latency_median_ms"] > 0 for p in cell["processes"])
     lo, hi = cells["ort"]["speedup_ci"]
     assert lo <= cells["ort"]["speedup"] <= hi

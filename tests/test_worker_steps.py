@@ -5,7 +5,7 @@ import pytest
 import adapters
 from adapters.base import Backend, CacheVerdict, CompileResult
 from adapters.eager import TorchCompiled
-from compare import worker
+from compare.worker import steps as worker
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .results import RunResults
+from compare.results.schema import RunResults
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -60,7 +60,7 @@ def record_run(db_path: str | Path, results: RunResults, run_dir: str | Path) ->
             con.executemany(
                 "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(results.run_id, c.label, c.backend, c.size, c.device, c.status,
-                  c.latency_ms.median if c.latency_ms else None, _float(c.eager_latency_ms), _float(c.speedup),
+                  c.latency.median if c.latency else None, _float(c.eager_median_ms), _float(c.speedup),
                   _float(c.compile_s), _float(c.max_abs_err),
                   None if c.numerics_ok is None else int(c.numerics_ok), _float(c.peak_rss_mb), c.cache, c.error)
                  for c in results.cells],

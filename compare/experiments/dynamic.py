@@ -116,7 +116,7 @@ def measure(spec: dict[str, Any], ctx, backend, emit) -> dict[str, Any]:
 def _transitions(spec, session, setup: DynamicSetup, warmup_s: float, emit) -> dict[str, Any]:
     import torch
 
-    from .measure import compare_outputs
+    from compare.measure.numerics import compare_outputs
 
     plan = setup.plan
     first_call: dict[int, float] = {}
@@ -171,7 +171,8 @@ def _more_steady_calls(session, setup: DynamicSetup, steady: dict[int, list[floa
 
 def _steady(spec, ctx, backend, setup: DynamicSetup, emit) -> dict[str, Any]:
     """Specialized and symbolic code in one process, timed alternately at each size."""
-    from .measure import Timed, TimingConfig, geometric_mean, paired_bootstrap_medians, time_alternating
+    from compare.measure.stats import geometric_mean, paired_bootstrap_medians
+    from compare.measure.timing import Timed, TimingConfig, time_alternating
 
     sessions = {s: open_session(backend, setup, spec, ctx, s)[0] for s in ("specialize", "symbolic")}
     timing = dict(spec.get("timing", {}))

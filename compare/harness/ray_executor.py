@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import protocol
-from .cells import cell_from_worker
-from .executor import CellGroup, Executor, RunInterrupted
+from compare.harness import protocol
+from compare.harness.cells import cell_from_worker
+from compare.harness.executor import CellGroup, Executor, RunInterrupted
 
 NODE_LOST = "worker killed by node loss"
 
@@ -35,8 +35,8 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
     fresh workers pooled as the local executor pools them."""
     import ray
 
-    from .pooling import run_processes
-    from .process import execute_worker
+    from compare.harness.pooling import run_processes
+    from compare.harness.process import execute_worker
 
     with tempfile.TemporaryDirectory(prefix="dlcompare-ray-") as tmp:
         log_path = Path(tmp) / "worker.log"

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import protocol
-from .process import WorkerProcess
+from compare.harness import protocol
+from compare.harness.process import WorkerProcess
 
 SLICE_S = 0.25  # seconds of sampling per turn
 

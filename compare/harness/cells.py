@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import environment
-from .results import Cell, ResultsError, variant_label
+from compare.results import environment
+from compare.results.schema import Cell, ResultsError, variant_label
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)
 

@@ -4,9 +4,9 @@ roofline placement. Filled in by the runner before every save, and again by
 ``compare report``, so results.json always carries them."""
 from __future__ import annotations
 
-from .measure import NOISY_REL_IQR, break_even_calls, break_even_interval, speedup_interval
-from .results import Cell, RunResults
-from .roofline import place
+from compare.experiments.roofline import place
+from compare.measure.stats import NOISY_REL_IQR, break_even_calls, break_even_interval, speedup_interval
+from compare.results.schema import Cell, RunResults
 
 AMORTIZATION_CALLS = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
 # An in-cell eager median further than this from the eager-only cell's is flagged.
@@ -33,7 +33,7 @@ def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
 
 
 def fill_speedup(cell: Cell) -> None:
-    ref, stats = cell.eager_latency, cell.latency_ms
+    ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median:
         return
     groups = cell.process_samples
@@ -59,22 +59,22 @@ def fill_speedup(cell: Cell) -> None:
 
 
 def fill_derived(results: RunResults) -> None:
-    eager_only = {c.label: c.latency_ms.median for c in results.cells
-                  if c.backend == "eager" and c.status == "ok" and c.latency_ms}
+    eager_only = {c.label: c.latency.median for c in results.cells
+                  if c.backend == "eager" and c.status == "ok" and c.latency}
     ceilings = results.experiments.get("roofline_ceilings")
     for cell in results.cells:
-        if cell.status != "ok" or cell.latency_ms is None:
+        if cell.status != "ok" or cell.latency is None:
             continue
         fill_speedup(cell)
         cell.eager_only_ms = eager_only.get(cell.label)
-        if cell.eager_only_ms and cell.eager_latency_ms:
-            cell.reference_deviation = cell.eager_latency_ms / cell.eager_only_ms - 1
-        if cell.backend != "eager" and cell.compile_s is not None and cell.eager_latency_ms:
+        if cell.eager_only_ms and cell.eager_median_ms:
+            cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1
+        if cell.backend != "eager" and cell.compile_s is not None and cell.eager_median_ms:
             paid = paid_seconds(cell)[0]
             cell.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
-                                                   cell.latency_ms.median, cell.eager_latency_ms)
+                                                   cell.latency.median, cell.eager_median_ms)
         if ceilings and cell.work:
-            cell.roofline = place(cell.work, cell.latency_ms.median, ceilings)
+            cell.roofline = place(cell.work, cell.latency.median, ceilings)
 
 
 def reference_spread(results: RunResults) -> dict | None:

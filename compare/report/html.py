@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line, summary_rows
-from .results import RunResults, atomic_write_text
+from compare.report.text import SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line, summary_rows
+from compare.results.schema import RunResults, atomic_write_text
 
 
 def _figure_to_data_uri(fig) -> str:
@@ -33,7 +33,7 @@ def _plt():
 
 
 def _ok_cells(results: RunResults):
-    return [c for c in results.cells if c.status == "ok" and c.latency_ms is not None]
+    return [c for c in results.cells if c.status == "ok" and c.latency is not None]
 
 
 def _panel_grid(plt, count: int):
@@ -165,14 +165,14 @@ def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
     eager = next((c for c in peers if c.backend == "eager"), None)
     others = [c for c in peers if c.backend not in ("eager", cell.backend)]
     if eager is not None:
-        ax.axhline(eager.latency_ms.median, color="black", linestyle="--", linewidth=0.8, label="eager")
+        ax.axhline(eager.latency.median, color="black", linestyle="--", linewidth=0.8, label="eager")
     if others:
-        best = min(others, key=lambda c: c.latency_ms.median)
+        best = min(others, key=lambda c: c.latency.median)
         ax.axhline(
-            best.latency_ms.median, color="green", linestyle=":", linewidth=0.8, label=f"best other: {best.backend}"
+            best.latency.median, color="green", linestyle=":", linewidth=0.8, label=f"best other: {best.backend}"
         )
-    if cell.latency_ms is not None and x_end is not None:
-        ax.plot([x_end], [cell.latency_ms.median], "o", color="red", label=f"{cell.backend} measured")
+    if cell.latency is not None and x_end is not None:
+        ax.plot([x_end], [cell.latency.median], "o", color="red", label=f"{cell.backend} measured")
 
 
 def plot_dynamic(results: RunResults) -> str | None:
@@ -235,7 +235,7 @@ def plot_numerics(results: RunResults) -> str | None:
 
 def plot_batch_scaling(results: RunResults) -> str | None:
     """Throughput against batch size, one panel per workload and dtype (batch sweeps only)."""
-    cells = [c for c in _ok_cells(results) if c.batch is not None and c.latency_ms]
+    cells = [c for c in _ok_cells(results) if c.batch is not None and c.latency]
     if len({c.batch for c in cells}) < 2:
         return None
     plt = _plt()
@@ -243,7 +243,7 @@ def plot_batch_scaling(results: RunResults) -> str | None:
     fig, axes = _panel_grid(plt, len(panels))
     for ax, (w, dtype) in zip(axes, panels):
         for backend in dict.fromkeys(c.backend for c in cells):
-            points = sorted((c.batch, c.batch / (c.latency_ms.median / 1e3)) for c in cells
+            points = sorted((c.batch, c.batch / (c.latency.median / 1e3)) for c in cells
                             if c.workload == w and c.dtype == dtype and c.backend == backend)
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=backend)
@@ -279,7 +279,7 @@ def templates():
     """The Jinja2 environment of report.html and diff.html (autoescaped)."""
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.PackageLoader("compare", "templates"),
+    return jinja2.Environment(loader=jinja2.PackageLoader("compare.report", "templates"),
                               autoescape=jinja2.select_autoescape(["html"]))
 
 

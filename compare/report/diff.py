@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .measure import bootstrap_medians, geometric_mean, paired_bootstrap_medians
-from .results import Cell, RunResults, atomic_write_text
+from compare.measure.stats import bootstrap_medians, geometric_mean, paired_bootstrap_medians
+from compare.results.schema import Cell, RunResults, atomic_write_text
 
 MIN_EFFECT = 0.02  # ignore shifts under 2 % even when the interval is tight
 COMPILE_TOLERANCE = 0.25  # compile time: one sample per run; call it changed beyond +-25 %
@@ -74,7 +74,7 @@ def latency_verdict(base: list[float], new: list[float], min_effect: float = MIN
 def speedup_samples(cell: Cell, seed: int) -> np.ndarray | None:
     """Bootstrap resamples of a cell's speedup over its in-cell eager (paired rounds,
     resampled within each worker process)."""
-    ref, cand = cell.eager_latency, cell.latency_ms
+    ref, cand = cell.eager_latency, cell.latency
     if cell.backend == "eager" or ref is None or cand is None or len(ref.samples) != len(cand.samples) \
             or len(ref.samples) < 3:
         return None
@@ -121,24 +121,24 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
             out.append(CellDiff(cell.label, cell.backend, None, None, None, None, "new cell", None, "-",
                                 None, cell.max_abs_err, "-"))
             continue
-        if old.status != "ok" or cell.status != "ok" or not old.latency_ms or not cell.latency_ms:
+        if old.status != "ok" or cell.status != "ok" or not old.latency or not cell.latency:
             out.append(CellDiff(cell.label, cell.backend, None, None, None, None,
                                 f"status {old.status} -> {cell.status}", None, "-", old.max_abs_err,
                                 cell.max_abs_err, "-"))
             continue
         reason = comparability(old, cell)
         if reason:
-            out.append(CellDiff(cell.label, cell.backend, old.latency_ms.median, cell.latency_ms.median, None, None,
+            out.append(CellDiff(cell.label, cell.backend, old.latency.median, cell.latency.median, None, None,
                                 reason, None, "-", old.max_abs_err, cell.max_abs_err, _numerics_change(old, cell)))
             continue
-        ratio, ci, verdict = latency_verdict(old.latency_ms.samples, cell.latency_ms.samples, min_effect)
+        ratio, ci, verdict = latency_verdict(old.latency.samples, cell.latency.samples, min_effect)
         compile_ratio, compile_verdict = None, "-"
         if old.compile_s and cell.compile_s is not None and cell.backend != "eager":
             compile_ratio = cell.compile_s / old.compile_s
             compile_verdict = ("slower" if compile_ratio > 1 + COMPILE_TOLERANCE
                                else "faster" if compile_ratio < 1 - COMPILE_TOLERANCE else "unchanged")
         s_ratio, s_ci, s_verdict = speedup_verdict(old, cell, min_effect)
-        out.append(CellDiff(cell.label, cell.backend, old.latency_ms.median, cell.latency_ms.median, ratio, ci,
+        out.append(CellDiff(cell.label, cell.backend, old.latency.median, cell.latency.median, ratio, ci,
                             verdict, compile_ratio, compile_verdict, old.max_abs_err, cell.max_abs_err,
                             _numerics_change(old, cell), s_ratio, s_ci, s_verdict))
     new_keys = {c.key for c in new.cells}
@@ -214,7 +214,7 @@ def render_markdown(base: RunResults, new: RunResults, diffs: list[CellDiff]) ->
 
 
 def render_html(base: RunResults, new: RunResults, diffs: list[CellDiff]) -> str:
-    from .html_report import templates
+    from compare.report.html import templates
 
     return templates().get_template("diff.html").render(
         base_id=base.run_id, new_id=new.run_id, environment_differences=environment_differences(base, new),
@@ -224,7 +224,7 @@ def render_html(base: RunResults, new: RunResults, diffs: list[CellDiff]) -> str
 def run(args, console) -> int:
     from rich.table import Table
 
-    from .derived import fill_derived
+    from compare.results.derived import fill_derived
 
     base = RunResults.load(args.base)
     new = RunResults.load(args.new)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .files import atomic_write_text
-from .protocol import STATUSES, TRANSIENT_STATUSES
+from compare.harness.protocol import STATUSES, TRANSIENT_STATUSES
+from compare.results.files import atomic_write_text
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -86,11 +86,10 @@ class Cell:
     error: str | None = None
     compile_s: float | None = None
     compile_phases: dict[str, float] = field(default_factory=dict)
-    latency_ms: LatencyStats | None = None
-    eager_latency_ms: float | None = None  # median of eager timed alternately in the same worker(s)
-    eager_latency: LatencyStats | None = None
+    latency: LatencyStats | None = None  # the backend's per-call latency (ms)
+    eager_latency: LatencyStats | None = None  # eager, timed alternately in the same worker(s)
     eager_only_ms: float | None = None  # median of the workload's eager-only cell (derived)
-    reference_deviation: float | None = None  # eager_latency_ms / eager_only_ms - 1 (derived)
+    reference_deviation: float | None = None  # eager_median_ms / eager_only_ms - 1 (derived)
     speedup: float | None = None  # eager median / this median (derived)
     speedup_ci: list[float] | None = None  # paired-bootstrap 95% interval of the speedup (derived)
     noisy: bool | None = None
@@ -138,6 +137,15 @@ class Cell:
         return (self.workload, self.backend, self.size, self.device, self.batch, self.dtype)
 
     @property
+    def latency_median_ms(self) -> float | None:
+        return self.latency.median if self.latency else None
+
+    @property
+    def eager_median_ms(self) -> float | None:
+        """The in-cell eager reference: the median of eager timed alternately with this backend."""
+        return self.eager_latency.median if self.eager_latency else None
+
+    @property
     def label(self) -> str:
         """The workload as tables show it: ``resnet``, ``resnet[b8]``, ``resnet[b8,bf16]``."""
         return variant_label(self.workload, self.batch, self.dtype)
@@ -152,7 +160,7 @@ class Cell:
         if missing:
             raise ResultsError(f"cell is missing field(s) {', '.join(sorted(missing))}")
         kwargs = {k: v for k, v in data.items() if k in names}
-        for stats_field in ("latency_ms", "eager_latency"):
+        for stats_field in ("latency", "eager_latency"):
             if isinstance(kwargs.get(stats_field), dict):
                 kwargs[stats_field] = LatencyStats.from_dict(kwargs[stats_field])
         if kwargs["status"] not in STATUSES:
@@ -254,7 +262,7 @@ class RunResults:
 
 def cell_row(cell: Cell) -> dict[str, Any]:
     """One flat row per cell: the CSV's columns."""
-    lat = cell.latency_ms
+    lat = cell.latency
     row: dict[str, Any] = {
         "workload": cell.workload,
         "backend": cell.backend,
@@ -275,7 +283,7 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "latency_samples": lat.n if lat else None,
         "calls_per_sample": lat.number if lat else None,
         "processes": len(cell.process_samples or []) or None,
-        "eager_latency_ms": cell.eager_latency_ms,
+        "eager_latency_ms": cell.eager_median_ms,
         "eager_only_ms": cell.eager_only_ms,
         "reference_deviation": cell.reference_deviation,
         "speedup": cell.speedup,
@@ -318,6 +326,8 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         data = _migrate_v1(data)
     if data.get("schema_version") == 2:
         data = _migrate_v2(data)
+    if data.get("schema_version") == 3:
+        data = _migrate_v3(data)
     return data
 
 
@@ -390,3 +400,20 @@ def dumps(data: Any) -> str:
 def atomic_write_json(path: str | Path, data: Any) -> None:
     atomic_write_text(path, dumps(data))
 
+
+
+def _migrate_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 -> v4: one name and one type per concept. The backend's statistics were
+    ``latency_ms`` beside a float ``eager_latency_ms`` (eager's median); now ``latency`` and
+    ``eager_latency`` are both statistics, and the medians are properties. Files that kept
+    only eager's median get it as a one-sample statistic (n=1), which is all they know."""
+    cells = []
+    for cell in data.get("cells", []):
+        cell = dict(cell)
+        if "latency_ms" in cell:
+            cell.setdefault("latency", cell.pop("latency_ms"))
+        eager_ms = cell.pop("eager_latency_ms", None)
+        if cell.get("eager_latency") is None and isinstance(eager_ms, (int, float)):
+            cell["eager_latency"] = dataclasses.asdict(LatencyStats.from_ms([eager_ms], number=1))
+        cells.append(cell)
+    return dict(data, cells=cells, schema_version=4, migrated_from=data.get("migrated_from", 3))

@@ -2,7 +2,7 @@
 starts the workers, and hands every cell that ends to ``Hooks.record``.
 
 ``LocalExecutor`` runs the workers on this machine, one workload's cells at a time and
-timed in turns (``compare.interleave``); ``compare.ray_executor.RayExecutor`` runs each
+timed in turns (``compare.harness.interleave``); ``compare.harness.ray_executor.RayExecutor`` runs each
 cell as a Ray task on whichever node has the cores.
 """
 from __future__ import annotations
@@ -11,11 +11,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .cells import CellSpecs, cell_from_worker
-from .interleave import run_interleaved
-from .pooling import pool_processes, run_processes
-from .process import WorkerProcess, execute_worker, kill_group
-from .results import Cell, variant_label
+from compare.harness.cells import CellSpecs, cell_from_worker
+from compare.harness.interleave import run_interleaved
+from compare.harness.pooling import pool_processes, run_processes
+from compare.harness.process import WorkerProcess, execute_worker, kill_group
+from compare.results.schema import Cell, variant_label
 
 
 class RunInterrupted(Exception):

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import environment
-from .allocators import GLIBC_TUNED_ENV
-from .cells import ALLOCATOR_VARS, CellSpecs, worker_env
-from .executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
-from .process import last_line
-from .results import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
+from compare.harness.allocators import GLIBC_TUNED_ENV
+from compare.harness.cells import ALLOCATOR_VARS, CellSpecs, worker_env
+from compare.harness.executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
+from compare.harness.process import last_line
+from compare.results import environment
+from compare.results.schema import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
 
 __all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
 
@@ -58,7 +58,7 @@ class RunConfig:
     executor: str = "local"  # "local": one worker at a time here; "ray": one Ray task per cell
     ray_address: str | None = None
     ray_share_cores: bool = False
-    # The malloc of every worker (compare.allocators): a run condition shown with the
+    # The malloc of every worker (compare.harness.allocators): a run condition shown with the
     # results. glibc-tuned (the default) serves large buffers from the heap and never
     # trims it: with glibc's defaults every call that allocates a multi-MB output gets
     # fresh mmap pages and a page-fault storm (eager LayerNorm measured 3-8x slower on
@@ -68,7 +68,7 @@ class RunConfig:
     # runtime's default ("default"): the same for every worker, recorded.
     thread_spin: str = "short"
     malloc_env: dict[str, str] = field(default_factory=lambda: dict(GLIBC_TUNED_ENV))
-    # Time the cells of a workload in turns (compare.interleave), so that every cell and
+    # Time the cells of a workload in turns (compare.harness.interleave), so that every cell and
     # the eager-only reference sample the same stretch of time. Local executor only.
     interleave: bool = True
 
@@ -189,7 +189,7 @@ class Runner:
         hooks = Hooks(announce=self._announce, phase=self.progress.phase,
                       record=lambda cell: self._record(results, cell))
         if self.config.executor == "ray":
-            from .ray_executor import RayExecutor
+            from compare.harness.ray_executor import RayExecutor
 
             return RayExecutor(self.specs, hooks, self.output_dir, results.environment)
         return LocalExecutor(self.specs, hooks, self.output_dir)
@@ -213,8 +213,8 @@ class Runner:
         self.progress.cell_started(done + 1, total, label, backend)
 
     def save(self, results: RunResults) -> None:
-        from .derived import fill_derived
-        from .report import write_tables
+        from compare.report.text import write_tables
+        from compare.results.derived import fill_derived
 
         fill_derived(results)
         self.last_results = results
@@ -235,7 +235,7 @@ class Runner:
         """The roofline's two ceilings, once per run, in a worker with the run's threads."""
         if "roofline_ceilings" in results.experiments:
             return
-        proc = subprocess.run([sys.executable, "-m", "compare.roofline", str(self.config.threads)],
+        proc = subprocess.run([sys.executable, "-m", "compare.experiments.roofline", str(self.config.threads)],
                               capture_output=True, text=True, env=worker_env(self.config), timeout=600)
         if proc.returncode == 0:
             results.experiments["roofline_ceilings"] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -246,9 +246,8 @@ class Runner:
     def run_dynamic(self, results: RunResults, backends: list[str], distinct: int, calls: int,
                     steady_calls: int = 15) -> None:
         """Specialize vs symbolic for every (workload, backend), each strategy in its own worker."""
+        from compare.experiments import dynamic
         from workloads import resolve_workloads
-
-        from . import dynamic
 
         section = results.experiments.setdefault("dynamic_shapes", {"records": []})
         workloads = resolve_workloads(self.config.workloads, self.config.workload_files)
@@ -282,8 +281,7 @@ class Runner:
     def _dynamic_record(self, executor: LocalExecutor, workload, backend: str, strategy: str, distinct: int,
                         calls: int, steady_calls: int, section: dict) -> dict[str, Any]:
         from adapters import get_backend
-
-        from . import dynamic
+        from compare.experiments import dynamic
 
         base = {"workload": workload.name, "backend": backend, "strategy": strategy}
         ok, reason = get_backend(backend).available(self.config.device)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from .derived import fill_derived, reference_spread
-from .results import Cell, RunResults
+from compare.results.derived import fill_derived, reference_spread
+from compare.results.schema import Cell, RunResults
 
 
 def position_split(samples: list[float], first: bool) -> tuple[float | None, float | None]:
@@ -57,15 +57,15 @@ def positions_frame(runs: dict[str, RunResults]) -> pd.DataFrame:
                 continue
             rows.append({"run": name, "workload": cell.label, "backend": cell.backend,
                          "eager after backend vs after eager": _pct(_gap(position_split(cell.eager_latency.samples, True))),
-                         "backend after eager vs after backend": _pct(_gap(position_split(cell.latency_ms.samples, False))),
+                         "backend after eager vs after backend": _pct(_gap(position_split(cell.latency.samples, False))),
                          "sample warm-up": (results.config.get("timing") or {}).get("sample_warmup", False),
-                         "pairs": cell.latency_ms.n})
+                         "pairs": cell.latency.n})
     return pd.DataFrame(rows)
 
 
 def _alternated(cell: Cell) -> bool:
-    return (cell.backend != "eager" and cell.status == "ok" and cell.latency_ms is not None
-            and cell.eager_latency is not None and len(cell.latency_ms.samples) >= 5)
+    return (cell.backend != "eager" and cell.status == "ok" and cell.latency is not None
+            and cell.eager_latency is not None and len(cell.latency.samples) >= 5)
 
 
 def summary_frame(runs: dict[str, RunResults]) -> pd.DataFrame:

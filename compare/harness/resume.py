@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .results import RunResults
+from compare.results.schema import RunResults
 
 # flag -> RunConfig field: must match the stored run when given
 CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",

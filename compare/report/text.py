@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from .derived import REFERENCE_TOLERANCE, reference_spread
-from .measure import geometric_mean
-from .results import Cell, RunResults, atomic_write_text, cells_frame
+from compare.measure.stats import geometric_mean
+from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
+from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
 # ----------------------------------------------------------------------------- formatting
 
@@ -66,9 +66,9 @@ def fmt_break_even(cell: Cell) -> str:
 
 def fmt_reference(cell: Cell) -> str:
     """The in-cell eager median, and how far it is from the eager-only cell's."""
-    if cell.eager_latency_ms is None:
+    if cell.eager_median_ms is None:
         return "-"
-    text = f"{cell.eager_latency_ms:.4g}"
+    text = f"{cell.eager_median_ms:.4g}"
     if cell.backend != "eager" and cell.reference_deviation is not None:
         flag = " !" if abs(cell.reference_deviation) > REFERENCE_TOLERANCE else ""
         text += f" ({cell.reference_deviation * 100:+.1f}%{flag})"
@@ -112,7 +112,7 @@ def summary_rows(results: RunResults) -> list[list[str]]:
             fmt_status(cell),
             fmt_seconds(cell.compile_s) if cell.status == "ok" else "-",
             fmt_seconds(cell.time_to_first_result_s) if cell.status == "ok" else "-",
-            fmt_ms(cell.latency_ms),
+            fmt_ms(cell.latency),
             fmt_reference(cell),
             fmt_speedup(cell),
             fmt_numerics(cell),

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from .report import fmt_break_even
-from .results import RunResults, atomic_write_text
+from compare.report.text import fmt_break_even
+from compare.results.schema import RunResults, atomic_write_text
 
 # The survey's own figures (RTX A6000 GPU, TorchInductor vs eager, FP32): quoted, never measured here.
 PAPER_LABEL = "paper: RTX A6000 GPU, TorchInductor, FP32"
@@ -85,9 +85,9 @@ def _speedup_cell(c) -> str:
 
 def _speedup_section(cells) -> list[str]:
     rows = [{"workload": c.label, "backend": c.backend,
-             "latency ms (median)": _fmt(c.latency_ms.median, ".4g"),
-             "p10-p90 ms": f"{c.latency_ms.p10:.4g}-{c.latency_ms.p90:.4g}",
-             "eager ms": _fmt(c.eager_latency_ms, ".4g"),
+             "latency ms (median)": _fmt(c.latency.median, ".4g"),
+             "p10-p90 ms": f"{c.latency.p10:.4g}-{c.latency.p90:.4g}",
+             "eager ms": _fmt(c.eager_median_ms, ".4g"),
              "speedup [95% CI]": _speedup_cell(c),
              PAPER_LABEL: PAPER_SPEEDUP.get(c.workload, "-")} for c in cells]
     return ["", "## 1. Static-shape speedups", "",
@@ -151,7 +151,7 @@ def _roofline_section(cells, experiments: dict[str, Any]) -> list[str]:
     out = ["", "## 6. Roofline", ""]
     if not ceilings:
         return out + [f"(ceilings not measured: {experiments.get('roofline_ceilings_error', 'not run')})"]
-    from .roofline import ceiling_check
+    from compare.experiments.roofline import ceiling_check
 
     out.append(f"Ceilings of this machine: compute {ceilings['peak_gflops']:.1f} GFLOP/s "
                f"({ceilings.get('compute_source', ceilings['method'])}); memory {ceilings['peak_gbps']:.1f} GB/s "

@@ -1,7 +1,7 @@
 """Benchmark: does the harness's own cost show in its figures?
 
 For callables of about 0.1, 1 and 10 ms, compare the runner's median latency
-(``compare.measure.time_alternating``) with a bare ``perf_counter`` loop over
+(``compare.measure.timing.time_alternating``) with a bare ``perf_counter`` loop over
 the same callable (and, for reference, the median of single timed calls). The two are taken alternately,
 several times, on one thread. Prints a table; ``python -m compare overhead``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .measure import Timed, TimingConfig, time_alternating
+from compare.measure.timing import Timed, TimingConfig, time_alternating
 
 
 def _bare_loop_ms(fn, arg, number: int, seconds: float) -> float:

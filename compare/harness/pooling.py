@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .results import LatencyStats
+from compare.results.schema import LatencyStats
 
 
 def _median(stats: dict[str, Any] | None) -> float | None:
@@ -20,7 +20,7 @@ def _median(stats: dict[str, Any] | None) -> float | None:
 
 
 def process_summary(run: dict[str, Any]) -> dict[str, Any]:
-    latency = run.get("latency_ms") or {}
+    latency = run.get("latency") or {}
     return {"latency_median_ms": _median(latency), "eager_median_ms": _median(run.get("eager_latency")),
             "pairs": latency.get("n"), "compile_s": run.get("compile_s"), "wall_s": run.get("wall_s"),
             "numerics_ok": run.get("numerics_ok")}
@@ -43,14 +43,13 @@ def pool_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
             run["error"] = f"process {failed + 1}: {run.get('error')}"
         return run
     first = dict(runs[0])
-    if not isinstance(first.get("latency_ms"), dict):  # an experiment record: one process, as it is
+    if not isinstance(first.get("latency"), dict):  # an experiment record: one process, as it is
         return first
-    first["process_samples"] = [run["latency_ms"]["n"] for run in runs]
+    first["process_samples"] = [run["latency"]["n"] for run in runs]
     if len(runs) == 1:
         return first
-    first["latency_ms"] = _pooled(runs, "latency_ms")
+    first["latency"] = _pooled(runs, "latency")
     first["eager_latency"] = _pooled(runs, "eager_latency")
-    first["eager_latency_ms"] = first["eager_latency"]["median"]
     first["processes"] = [process_summary(run) for run in runs]
     first["numerics_ok"] = all(run.get("numerics_ok") for run in runs)
     if not first["numerics_ok"] and first.get("numerics_error") is None:

@@ -1,6 +1,6 @@
 """Roofline: this machine's two ceilings and where each cell sits under them.
 
-Ceilings are measured once per run in a worker (``python -m compare.roofline``)
+Ceilings are measured once per run in a worker (``python -m compare.experiments.roofline``)
 on the run's thread count, each labelled with its source: memory bandwidth from
 a large tensor copy (DRAM: the data far exceeds the caches), compute from large
 fp32 matmuls (the best of several sizes). Per workload, FLOPs are torch's flop

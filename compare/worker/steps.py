@@ -1,7 +1,7 @@
 """The child process that measures one (workload, backend) cell.
 
-The parent (``compare.runner``) writes a spec file, starts
-``python -m compare.worker SPEC RESULT`` in its own process group and waits
+The parent (``compare.harness.runner``) writes a spec file, starts
+``python -m compare.worker.steps SPEC RESULT`` in its own process group and waits
 with a timeout. The worker reports progress as ``@@dlcompare {json}`` lines on
 stdout and writes its result atomically to RESULT. Whatever happens here (an
 exception, a crash, a hang) costs only this cell.
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import memory, protocol
-from .measure import torch_dtype
+from compare.harness import protocol
+from compare.measure import memory
+from compare.measure.numerics import torch_dtype
 
 
 def emit(**event: Any) -> None:
@@ -229,8 +230,7 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
     import torch
 
     from adapters import flatten_outputs
-
-    from .measure import compare_outputs, merge_worst, numerics_verdict
+    from compare.measure.numerics import compare_outputs, merge_worst, numerics_verdict
 
     model64 = copy.deepcopy(setup.reference_model).double()
     draws = max(1, int(spec.get("numerics_draws", 1)))
@@ -266,7 +266,7 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
         "eager_max_abs_err_fp64": eager64.get("max_abs"),
     }
     if spec.get("count_work", True):
-        from .roofline import count_work
+        from compare.experiments.roofline import count_work
 
         result["work"] = count_work(setup.reference_model, setup.inputs, reference0)
     return result
@@ -276,8 +276,7 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any
     """Eager and the backend alternately in this process (eager alone in eager's own cell),
     in one go, or in slices the parent asks for (``spec["interleave"]``)."""
     from adapters.eager import TorchCompiled
-
-    from .measure import AlternatingSampler, Timed, TimingConfig
+    from compare.measure.timing import AlternatingSampler, Timed, TimingConfig
 
     timing = TimingConfig(**spec.get("timing", {}))
     candidates = [Timed(compiled.run, prepared, compiled.synchronize)]
@@ -291,7 +290,7 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any
         while not sampler.done():
             sampler.take_rounds(1)
     stats = sampler.stats()
-    return {"latency_ms": stats[-1], "eager_latency_ms": stats[0].median, "eager_latency": stats[0]}
+    return {"latency": stats[-1], "eager_latency": stats[0]}
 
 
 def take_slices(sampler) -> None:
@@ -310,7 +309,7 @@ def take_slices(sampler) -> None:
 def check_after_timing(compiled, prepared, outputs: list) -> dict[str, Any]:
     """The outputs once more after every timed call: a backend whose state drifts across
     calls (a buffer reused wrongly, an in-place update) shows here."""
-    from .measure import compare_outputs
+    from compare.measure.numerics import compare_outputs
 
     again = run_once(compiled, prepared)
     check = compare_outputs(again, outputs)
@@ -335,10 +334,10 @@ def cell_info(result) -> dict[str, Any]:
 
 
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one cell; returns the fields of ``compare.results.Cell`` (the protocol's result)."""
+    """Run one cell; returns the fields of ``compare.results.schema.Cell`` (the protocol's result)."""
     backend, ctx, torch_import_s = prepare_worker(spec)
     if spec.get("experiment") == "dynamic":
-        from . import dynamic
+        from compare.experiments import dynamic
 
         return dynamic.measure(spec, ctx, backend, emit)
 
@@ -396,8 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(spec_path.read_text())
     apply_memory_limit(spec.get("memory_limit_mb"))
     from adapters import BackendUnavailable
-
-    from .results import atomic_write_json
+    from compare.results.schema import atomic_write_json
 
     start = time.perf_counter()
     try:
@@ -419,6 +417,3 @@ def main(argv: list[str] | None = None) -> int:
     # handlers, and the result is already safely on disk.
     os._exit(0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

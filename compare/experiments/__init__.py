@@ -1,0 +1,1 @@
+"""The survey's experiments beyond the table: dynamic shapes, roofline, overhead, noise."""

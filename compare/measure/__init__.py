@@ -1,0 +1,1 @@
+"""Measuring inside a worker: timing, statistics, numerical agreement, memory."""

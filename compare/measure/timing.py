@@ -1,0 +1,124 @@
+"""Timing, as torch.utils.benchmark and pyperf do it: warm up, calibrate a number of
+calls per sample so the clock's resolution and the loop's overhead vanish, then take
+samples until the median is known precisely enough or the time budget ends. The
+reference and the candidate are sampled alternately (ABBA order) so machine drift
+cancels out of their ratio."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from compare.measure.stats import median_rel_se, summarize
+from compare.results.schema import LatencyStats
+
+
+@dataclass
+class TimingConfig:
+    warmup_s: float = 0.2  # at least this long of warm-up calls (and >= 2 calls)
+    min_sample_s: float = 0.01  # each sample runs enough calls to last this long
+    min_samples: int = 10
+    max_samples: int = 300
+    budget_s: float = 8.0  # soft budget for the sampling loop of one cell
+    target_rel_se: float = 0.005  # stop once the median's standard error is below 0.5 %
+    # One untimed call before each sample: whatever the other callable left behind
+    # (its pool's threads still spinning, caches full of its data) is absorbed there,
+    # not timed as part of this one.
+    sample_warmup: bool = True
+
+
+def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None],
+                warm: bool = False) -> float:
+    """Seconds per call over ``number`` back-to-back calls (after one untimed call when
+    ``warm``). The loop is kept bare so the harness adds nothing measurable (see
+    ``python -m compare overhead``)."""
+    if warm:
+        run(arg)
+        sync()
+    start = time.perf_counter()
+    for _ in range(number):
+        run(arg)
+    sync()
+    return (time.perf_counter() - start) / number
+
+
+def warm_up(run: Callable[[Any], Any], arg: Any, sync: Callable[[], None], warmup_s: float) -> float:
+    """Call until ``warmup_s`` has passed (at least twice); return the last call's seconds."""
+    deadline = time.perf_counter() + warmup_s
+    calls = 0
+    last = 0.0
+    while calls < 2 or time.perf_counter() < deadline:
+        last = sample_once(run, arg, 1, sync)
+        calls += 1
+    return last
+
+
+def calibrate(single_call_s: float, min_sample_s: float) -> int:
+    return max(1, math.ceil(min_sample_s / max(single_call_s, 1e-9)))
+
+
+@dataclass
+class Timed:
+    run: Callable[[Any], Any]
+    arg: Any
+    sync: Callable[[], None]
+
+
+class AlternatingSampler:
+    """Samples callables in turn, round after round, in ABBA order: the timing loop,
+    in pieces. Calibration (warm-up, calls per sample) happens once at construction;
+    ``take_rounds`` adds rounds; ``done`` applies the stopping rule: every median
+    precise to ``target_rel_se``, or ``budget_s`` of sampling spent (both after
+    ``min_samples``), or ``max_samples`` reached, or four times the budget (protection
+    against pathologically slow calls). The runner can interleave several samplers, one
+    per worker, so that every cell of a workload samples the same stretch of time."""
+
+    def __init__(self, candidates: Sequence[Timed], config: TimingConfig):
+        self.candidates = list(candidates)
+        self.config = config
+        self.single_s = [warm_up(c.run, c.arg, c.sync, config.warmup_s) for c in self.candidates]
+        self.numbers = [calibrate(single, config.min_sample_s) for single in self.single_s]
+        self.samples: list[list[float]] = [[] for _ in self.candidates]
+        self.rounds = 0
+        self.sampling_s = 0.0  # time spent in take_rounds, the budget's clock
+
+    def take_rounds(self, count: int) -> None:
+        start = time.perf_counter()
+        order = list(range(len(self.candidates)))
+        for _ in range(count):
+            for i in (order if self.rounds % 2 == 0 else order[::-1]):
+                c = self.candidates[i]
+                self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync,
+                                                   warm=self.config.sample_warmup))
+            self.rounds += 1
+        self.sampling_s += time.perf_counter() - start
+
+    def precise(self) -> bool:
+        return all(median_rel_se(s) <= self.config.target_rel_se for s in self.samples)
+
+    def done(self) -> bool:
+        cfg = self.config
+        if self.rounds >= cfg.max_samples:
+            return True
+        if self.rounds >= cfg.min_samples:
+            return self.precise() or self.sampling_s >= cfg.budget_s
+        return self.sampling_s >= 4 * cfg.budget_s and self.rounds >= 3
+
+    def round_s(self) -> float:
+        """Seconds one round has taken so far (a first guess before any round)."""
+        if self.rounds:
+            return self.sampling_s / self.rounds
+        extra = 1 if self.config.sample_warmup else 0
+        return sum((n + extra) * single for n, single in zip(self.numbers, self.single_s))
+
+    def stats(self) -> list[LatencyStats]:
+        return [summarize(s, n) for s, n in zip(self.samples, self.numbers)]
+
+
+def time_alternating(candidates: Sequence[Timed], config: TimingConfig) -> list[LatencyStats]:
+    """The whole timing loop in one go (see AlternatingSampler)."""
+    sampler = AlternatingSampler(candidates, config)
+    while not sampler.done():
+        sampler.take_rounds(1)
+    return sampler.stats()

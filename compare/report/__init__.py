@@ -1,0 +1,1 @@
+"""Reports: they read results and never measure."""

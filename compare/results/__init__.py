@@ -1,0 +1,1 @@
+"""Results as plain data: the schema, derived figures, the machine, history."""

@@ -1,0 +1,1 @@
+"""The worker process: one cell, measured (``python -m compare.worker SPEC RESULT``)."""
