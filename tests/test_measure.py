@@ -87,3 +87,19 @@ def test_one_precision_table_names_every_precision_once():
         assert tolerance_for(str(torch_dtype(name)).removeprefix("torch.")) == precision.tolerance
     assert tolerance_for("int64") == (0.0, 0.0)
 
+
+def test_samples_of_a_round_last_as_long_as_its_slowest_call():
+    from compare.measure.timing import AlternatingSampler, sample_seconds
+
+    config = TimingConfig(min_sample_s=0.01, max_sample_s=0.5)
+    assert sample_seconds([0.009, 1.5], config) == 0.5  # eager beside a 1.5 s backend: half a second of eager
+    assert sample_seconds([0.009, 0.04], config) == 0.04
+    assert sample_seconds([0.001, 0.002], config) == 0.01  # fast pairs keep the floor
+    assert sample_seconds([0.009, 1.5], TimingConfig(balance_samples=False)) == 0.01
+
+    def sleeper(seconds):
+        return Timed(lambda _: time.sleep(seconds), None, lambda: None)
+
+    sampler = AlternatingSampler([sleeper(0.001), sleeper(0.03)], TimingConfig(warmup_s=0.0, min_sample_s=0.005))
+    fast, slow = sampler.numbers
+    assert slow == 1 and fast >= 10  # the fast one's sample spans about one slow call, not 5 ms

@@ -26,6 +26,11 @@ class TimingConfig:
     # (its pool's threads still spinning, caches full of its data) is absorbed there,
     # not timed as part of this one.
     sample_warmup: bool = True
+    # Every sample of a round lasts about as long as the slowest callable's single call
+    # (at most max_sample_s): eager beside a backend whose calls take a second is then
+    # a mean over that second, not a 10 ms glimpse of whichever speed the machine was in.
+    balance_samples: bool = True
+    max_sample_s: float = 0.5
 
 
 def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None],
@@ -54,6 +59,13 @@ def warm_up(run: Callable[[Any], Any], arg: Any, sync: Callable[[], None], warmu
     return last
 
 
+def sample_seconds(single_s: Sequence[float], config: TimingConfig) -> float:
+    """How long each sample of a round should last (see ``TimingConfig.balance_samples``)."""
+    if not config.balance_samples or not single_s:
+        return config.min_sample_s
+    return max(config.min_sample_s, min(max(single_s), config.max_sample_s))
+
+
 def calibrate(single_call_s: float, min_sample_s: float) -> int:
     return max(1, math.ceil(min_sample_s / max(single_call_s, 1e-9)))
 
@@ -78,7 +90,8 @@ class AlternatingSampler:
         self.candidates = list(candidates)
         self.config = config
         self.single_s = [warm_up(c.run, c.arg, c.sync, config.warmup_s) for c in self.candidates]
-        self.numbers = [calibrate(single, config.min_sample_s) for single in self.single_s]
+        sample_s = sample_seconds(self.single_s, config)
+        self.numbers = [calibrate(single, sample_s) for single in self.single_s]
         self.samples: list[list[float]] = [[] for _ in self.candidates]
         self.rounds = 0
         self.sampling_s = 0.0  # time spent in take_rounds, the budget's clock
