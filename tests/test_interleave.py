@@ -54,6 +54,17 @@ def test_cells_take_turns_and_the_reference_covers_the_whole_stretch():
     assert 50 <= results[1]["rounds"] < 100  # the fast cell stopped once its rule was met
 
 
+def test_the_reference_outlasts_the_round_cap_while_a_slow_cell_samples():
+    # eager alone: 25 rounds per turn; the slow cell: 2 per turn, 100 needed. Capped at
+    # 120 rounds, the reference used to stop after 5 of the slow cell's 50 turns.
+    log = []
+    workers = [FakeWorker("eager", 10, log, round_s=0.01), FakeWorker("slow", 100, log, round_s=0.1)]
+    results = run_interleaved([lambda w=w: w for w in workers], [w.name for w in workers], "eager", 10.0, 120)
+    assert results[1]["rounds"] >= 100
+    assert abs(log.count("eager") - log.count("slow")) <= 1  # a turn each, to the end
+    assert results[0]["rounds"] > 120
+
+
 def test_a_worker_that_dies_in_its_turn_costs_only_its_cell():
     log = []
     workers = [FakeWorker("eager", 30, log), FakeWorker("crashes", 100, log, dies_at_turn=2),
