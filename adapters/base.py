@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence, TypeVar
 
+from .profiling import KernelProfile, ProfileUnavailable
+
 
 class BackendUnavailable(RuntimeError):
     """Raised by an adapter when it cannot run here (missing package, no device)."""
@@ -144,6 +146,11 @@ class Compiled(ABC):
 
     def synchronize(self) -> None:
         """Block until queued device work is done (CUDA); no-op on CPU."""
+
+    def profile(self, prepared: Any, calls: int) -> KernelProfile:
+        """The kernels one call runs, from the backend's own profiler; called after timing,
+        never inside a timed sample. ``ProfileUnavailable`` says why there is none."""
+        raise ProfileUnavailable(f"{type(self).__name__} has no per-kernel profile in dlcompare")
 
 
 class Backend(ABC):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .base import Backend, CompileContext, Compiled, CompileResult
+from .profiling import KernelProfile, ProfileUnavailable, torch_profile
 
 
 class TorchCompiled(Compiled):
@@ -25,6 +26,11 @@ class TorchCompiled(Compiled):
             import torch
 
             torch.cuda.synchronize()
+
+    def profile(self, prepared: Any, calls: int) -> KernelProfile:
+        if self._cuda:
+            raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
+        return torch_profile(self.run, prepared, calls, self.synchronize)
 
 
 class EagerBackend(Backend):

@@ -7,12 +7,14 @@ compile) and ``first_call`` (the rest: guards and the first execution).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, option, target_key
 from .eager import TorchCompiled
+from .profiling import KernelProfile, ProfileUnavailable, inductor_kernel_ops, torch_profile
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -44,6 +46,25 @@ def cache_result(evidence: dict[str, int]) -> str:
     if evidence["fxgraph_cache_bypass"]:
         return "bypass"
     return "hit" if evidence["fxgraph_cache_hit"] and not evidence["fxgraph_cache_miss"] else "miss"
+
+
+class InductorCompiled(TorchCompiled):
+    """torch.compile's output; profiled through a second build whose kernels carry
+    profiler records (never the timed one)."""
+
+    def __init__(self, fn, device: str, profiled_build):
+        super().__init__(fn, device)
+        self._profiled_build = profiled_build
+
+    def profile(self, prepared: Any, calls: int) -> KernelProfile:
+        if self._cuda:
+            raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
+        build = TorchCompiled(self._profiled_build(), "cpu")
+        for _ in range(2):  # compile, then one warm call, outside the profile
+            build.run(prepared)
+        profile = torch_profile(build.run, prepared, calls, build.synchronize, inductor_kernel_ops)
+        facts = {"profiled build": "a second build with config.cpp.enable_kernel_profile"}
+        return dataclasses.replace(profile, facts=facts)
 
 
 class InductorBackend(Backend):
@@ -105,8 +126,21 @@ class InductorBackend(Backend):
         evidence = cache_evidence(counters)
         ctx.info["graphs"] = dict(counters["stats"]).get("unique_graphs", 0)
         ctx.info["graph_breaks"] = sum(dict(counters["graph_break"]).values())
-        return CompileResult(TorchCompiled(compiled, ctx.device), cache=CacheVerdict(cache_result(evidence), evidence),
+        compiled_model = InductorCompiled(compiled, ctx.device, lambda: self._profiled_build(module, mode, ctx))
+        return CompileResult(compiled_model, cache=CacheVerdict(cache_result(evidence), evidence),
                              info=ctx.info, phases=phases, includes_first_call=True)
+
+    @staticmethod
+    def _profiled_build(module: Any, mode: str, ctx: CompileContext):
+        """The same model built again with a profiler record around each generated kernel
+        (``config.cpp.enable_kernel_profile``): the timed build has none, as they cost time."""
+        import torch
+        import torch._dynamo
+        import torch._inductor.config
+
+        torch._dynamo.reset()
+        torch._inductor.config.cpp.enable_kernel_profile = True
+        return torch.compile(module, backend="inductor", mode=mode, dynamic=ctx.options.dynamic)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         import torch

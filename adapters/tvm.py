@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -33,6 +34,7 @@ from .base import (
     option,
     target_key,
 )
+from .profiling import KernelProfile, ProfileUnavailable, inductor_kernel_ops, per_call, wall_ms_per_call
 from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
@@ -43,6 +45,7 @@ DEFAULT_TUNE_MINUTES = 5.0
 
 class TvmCompiled(Compiled):
     def __init__(self, vm, device, is_gpu: bool = False):
+        self._vm = vm
         self._main = vm["main"]
         self._device = device
         self._is_gpu = is_gpu
@@ -58,6 +61,32 @@ class TvmCompiled(Compiled):
 
     def run(self, prepared: Any) -> Any:
         return self._main(*prepared)
+
+    def profile(self, prepared: Any, calls: int) -> KernelProfile:
+        """Every call the Relax VM makes (kernels, builtins), timed through the VM's own
+        instrument hook (``set_instrument``, called before and after each call)."""
+        if self._is_gpu:
+            raise ProfileUnavailable("TVM's CUDA kernels are not profiled yet (the VM hook does not sync)")
+        totals: dict[str, list] = {}
+        started: dict[str, float] = {}
+
+        def instrument(func, symbol, before_run, ret_value, *args):
+            now = time.perf_counter()
+            if before_run:
+                started[symbol] = now
+            else:
+                entry = totals.setdefault(symbol, [0, 0.0])
+                entry[0] += 1
+                entry[1] += (now - started.pop(symbol, now)) * 1e3
+            return 0  # VMInstrumentReturnKind.NO_OP
+
+        self._vm.set_instrument(instrument)
+        self.run(prepared)  # one warm call through the hook, left out
+        totals.clear()
+        wall = wall_ms_per_call(self.run, prepared, calls, self.synchronize)
+        rows = [(name, count, ms, inductor_kernel_ops(name)) for name, (count, ms) in totals.items()]
+        return KernelProfile("Relax VM instrument hook (set_instrument)", calls, wall, per_call(rows, calls),
+                             note="VM builtins (allocation, shape checks) are listed as runtime overhead")
 
     def outputs_to_torch(self, outputs: Any) -> list[Any]:
         import torch

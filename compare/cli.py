@@ -19,7 +19,8 @@ EXIT_USAGE = 2
 EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
-SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise")
+SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise",
+               "explain")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -212,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="measure workloads x backends (the default command)")
     _add_run_arguments(run, DEFAULT_BACKENDS, numerics_draws=1)
     run.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
+    run.add_argument("--explain", action="store_true",
+                     help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
     _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5, processes=3)
@@ -242,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("runs", nargs="+", metavar="RUN_DIR")
     ref.add_argument("--positions", action="store_true",
                      help="also split each cell's samples by what ran just before them")
+
+    exp = sub.add_parser("explain", help="where each backend's time goes: the kernel profiles of a run made with --explain")
+    exp.add_argument("run", metavar="RUN_DIR")
 
     his = sub.add_parser("history", help="runs recorded in the history database, or one figure over time")
     his.add_argument("--db", default=str(Path("reports") / "history.sqlite"))
@@ -295,6 +301,7 @@ COMMANDS = {
     "report": lambda args: cmd_report(args),
     "diff": module_command("report.diff"),
     "reference": module_command("report.reference"),
+    "explain": module_command("report.explain"),
     "history": cmd_history,
     "tuning-logs": module_command("tuning_logs"),
     "noise": module_command("experiments.noise", "seconds"),

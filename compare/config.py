@@ -91,6 +91,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         malloc_env=malloc_env,
         thread_spin=args.thread_spin,
         interleave=args.interleave == "on" and args.executor == "local",
+        explain=getattr(args, "explain", False),
     )
 
 

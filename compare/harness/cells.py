@@ -64,6 +64,7 @@ class CellSpecs:
             "cache_root": str(Path(cfg.cache_root).resolve()),
             "memory_limit_mb": cfg.memory_limit_mb,
             "numerics_draws": cfg.numerics_draws,
+            "explain": cfg.explain,
             **(extra or {}),
         }
 

@@ -71,6 +71,9 @@ class RunConfig:
     # Time the cells of a workload in turns (compare.harness.interleave), so that every cell and
     # the eager-only reference sample the same stretch of time. Local executor only.
     interleave: bool = True
+    # After timing, each worker profiles its model with the backend's own instrument
+    # (--explain): kernels, their times and categories (compare explain).
+    explain: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from adapters.profiling import CATEGORIES
+from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.text import SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line, summary_rows
 from compare.results.schema import RunResults, atomic_write_text
 
@@ -251,6 +253,29 @@ def plot_batch_scaling(results: RunResults) -> str | None:
     return _finish_panels(fig, axes, len(panels), "Throughput by batch size (median latency)")
 
 
+def plot_time_breakdown(results: RunResults) -> str | None:
+    """Per workload: each backend's kernel ms per call, stacked by category (--explain)."""
+    cells = [c for c in _ok_cells(results) if c.profile and "kernels" in c.profile]
+    if not cells:
+        return None
+    plt = _plt()
+    workloads = list(dict.fromkeys(c.label for c in cells))
+    fig, axes = _panel_grid(plt, len(workloads))
+    for ax, workload in zip(axes, workloads):
+        mine = [c for c in cells if c.label == workload]
+        left = [0.0] * len(mine)
+        for category in (*CATEGORIES, OUTSIDE):
+            widths = [category_ms(c.profile)[category] for c in mine]
+            ax.barh(range(len(mine)), widths, left=left, label=category)
+            left = [a + b for a, b in zip(left, widths)]
+        ax.set_yticks(range(len(mine)), [c.backend for c in mine], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per profiled call")
+        ax.set_title(workload, fontsize=9)
+    axes[0].legend(fontsize=6)
+    return _finish_panels(fig, axes, len(workloads), "Where the time goes (each backend's own profiler)")
+
+
 PLOTS = [
     ("Speedup vs eager", plot_speedups),
     ("Batch scaling", plot_batch_scaling),
@@ -260,6 +285,7 @@ PLOTS = [
     ("Dynamic shapes", plot_dynamic),
     ("Roofline", plot_roofline),
     ("Numerical agreement", plot_numerics),
+    ("Where the time goes", plot_time_breakdown),
 ]
 
 # Checked by the browser test: every image decoded, no script error.
@@ -292,6 +318,7 @@ def render_html(results: RunResults) -> str:
         reference_line=reference_line(results) or "",
         summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
+        explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,
         plots=plots,
         problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off
         environment_json=json.dumps(results.environment, indent=2), config_json=json.dumps(results.config, indent=2))

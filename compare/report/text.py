@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from compare.measure.stats import geometric_mean
+from compare.report.explain import explain_markdown
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
@@ -255,6 +256,7 @@ def summary_markdown(results: RunResults) -> str:
                   "Over one common set of workloads per batch and dtype: those where every backend ran and "
                   "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
                   "backend's failure) are listed."]
+    lines += explain_markdown(results)
     issues = problems(results)
     if issues:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in issues]

@@ -122,6 +122,7 @@ class Cell:
     amortization: list[dict[str, float]] | None = None  # n -> cumulative s, compiled vs eager
     work: dict[str, Any] | None = None  # counted flops and minimum bytes of the workload
     roofline: dict[str, Any] | None = None  # achieved GFLOP/s, GB/s, fraction of the bound
+    profile: dict[str, Any] | None = None  # --explain: the backend's own kernel profile, or why there is none
     threads: int | None = None
     cache: str | None = None  # "cold", "hit", "miss", "bypass" (the backend declined to cache)
     settings: dict[str, Any] = field(default_factory=dict)  # how the backend was configured

@@ -333,6 +333,27 @@ def cell_info(result) -> dict[str, Any]:
     return {**result.info, "cache_evidence": result.cache.evidence}
 
 
+def profile_kernels(compiled, prepared, median_ms: float, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The backend's own kernel profile (``--explain``), after timing and the numerics
+    re-check: about two seconds of calls (3 to 50). A backend without one says why; a
+    profiler that fails costs the profile, never the cell's measured figures."""
+    if not spec.get("explain"):
+        return None
+    import dataclasses
+
+    from adapters.profiling import ProfileUnavailable
+
+    emit(phase="profile")
+    calls = max(3, min(50, int(2000 / max(median_ms, 1e-3))))
+    try:
+        profile = compiled.profile(prepared, calls)
+    except ProfileUnavailable as exc:
+        return {"unavailable": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - any profiler error: the cell keeps its figures
+        return {"unavailable": f"the profiler failed: {one_line(exc)}"}
+    return {**dataclasses.asdict(profile), "timed_median_ms": median_ms}
+
+
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one cell; returns the fields of ``compare.results.schema.Cell`` (the protocol's result)."""
     backend, ctx, torch_import_s = prepare_worker(spec)
@@ -354,6 +375,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     emit(phase="timing")
     timed = time_against_eager(compiled, prepared, setup, spec)
     after = check_after_timing(compiled, prepared, outputs)
+    profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     if numerics["numerics_ok"] and not after["ok"]:
         numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
     return {
@@ -374,6 +396,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         **numerics,
         **timed,
         "numerics_after_timing": after,
+        "profile": profile,
         "cache": cache_verdict(backend, ctx, result),
         "info": cell_info(result),
     }

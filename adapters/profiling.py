@@ -1,0 +1,141 @@
+"""Kernel-level profiles, read from each backend's own instrument.
+
+A profile says what a compiled model actually runs per call: its kernels (or
+dispatches, or graph nodes), how often, for how long, of which kind, and which
+source ops went into each where the backend says so. Profiling happens after
+timing, in the same worker, and never inside a timed sample.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+CATEGORIES = ("matmul/conv", "reduction/norm", "pointwise", "data movement", "runtime overhead")
+
+# Checked in this order: a fused kernel that holds a matmul is a matmul kernel, one that
+# holds a reduction a reduction kernel; what is left is pointwise.
+_CATEGORY_PATTERNS = (
+    ("runtime overhead", r"^(aten::(empty|empty_strided|resize_|as_strided|detach|alias|lift_fresh|result_type)"
+                         r"|.*(executor|session|model_run|sequentialexecutor|vm\.builtin|memory\.(alloc|kill))"
+                         r"|.*(alloc_storage|alloc_tensor|kill_object|call_packed)"
+                         r"|.*(compiled region|compiledfunction|compiledfxgraph|dynamo|cache lookup)|## )"),
+    ("matmul/conv", r"(mm|matmul|gemm|gemv|conv|linear|dense|addmm|baddbmm|bmm|attention|sdpa|einsum|mkldnn|onednn)"),
+    ("reduction/norm", r"(sum|mean|norm|softmax|reduce|max|min|var|std|argmax|logsumexp|prod|cumsum)"),
+    ("data movement", r"(copy|transpose|permute|view|reshape|cat|concat|contiguous|clone|take|gather|slice|"
+                      r"index|expand|squeeze|unsqueeze|split|pad|to_copy|_to|flatten|select|stack|repeat|"
+                      r"scatter|where_copy|strided)"),
+)
+
+
+def categorize(name: str) -> str:
+    """The kind of a kernel, from its name and the ops it holds."""
+    lowered = name.lower()
+    for category, pattern in _CATEGORY_PATTERNS:
+        if re.search(pattern, lowered):
+            return category
+    return "pointwise"
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel, per model call: how often it ran and for how long in all."""
+
+    name: str
+    calls: float  # per model call
+    ms: float  # per model call, summed over its calls
+    category: str
+    ops: tuple[str, ...] = ()  # the source ops it holds, where the backend says so
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """What one compiled model runs per call, as its own instrument reports it."""
+
+    instrument: str  # e.g. "torch.profiler", "onnxruntime session profiling"
+    calls: int  # model calls profiled
+    profiled_call_ms: float  # wall ms per profiled call (instrumented: above the timed median)
+    kernels: tuple[KernelTime, ...]
+    note: str = ""  # what the instrument does not see
+    facts: dict[str, Any] = field(default_factory=dict)  # e.g. {"profiled build": "..."}
+
+    @property
+    def kernel_ms(self) -> float:
+        return sum(k.ms for k in self.kernels)
+
+    @property
+    def launches(self) -> float:
+        return sum(k.calls for k in self.kernels)
+
+
+class ProfileUnavailable(RuntimeError):
+    """The backend exposes no per-kernel account here; the message says why."""
+
+
+def wall_ms_per_call(run: Callable[[Any], Any], arg: Any, calls: int, sync: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        run(arg)
+    sync()
+    return (time.perf_counter() - start) * 1e3 / calls
+
+
+def per_call(rows: Iterable[tuple[str, int, float, tuple[str, ...]]], calls: int) -> tuple[KernelTime, ...]:
+    """(name, total count, total ms, ops) summed over ``calls`` model calls -> per call,
+    the longest first; rows of the same name are merged."""
+    merged: dict[str, list] = {}
+    for name, count, ms, ops in rows:
+        entry = merged.setdefault(name, [0, 0.0, ops])
+        entry[0] += count
+        entry[1] += ms
+    kernels = [KernelTime(name, count / calls, ms / calls, categorize(" ".join((name,) + tuple(ops))), tuple(ops))
+               for name, (count, ms, ops) in merged.items()]
+    return tuple(sorted(kernels, key=lambda k: -k.ms))
+
+
+def inductor_kernel_ops(name: str) -> tuple[str, ...]:
+    """The aten ops an Inductor kernel name lists: ``graph_0_cpp_fused_add_mul_sin_0`` ->
+    ``("add", "mul", "sin")`` (Inductor names kernels after the ops it fused)."""
+    match = re.search(r"fused_(.*?)(_\d+)?$", name)
+    return tuple(op for op in match.group(1).split("_") if op) if match else ()
+
+
+def torch_profile(run: Callable[[Any], Any], arg: Any, calls: int, sync: Callable[[], None],
+                  kernel_ops: Callable[[str], tuple[str, ...]] = lambda name: ()) -> KernelProfile:
+    """Per-op self time from ``torch.profiler`` (CPU activities): the leaves of the
+    call tree, so the shares sum to the profiled call. Ops without self time (wrappers
+    such as ``aten::linear`` around ``aten::addmm``) are left out."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(calls):
+            run(arg)
+        sync()
+        wall = (time.perf_counter() - start) * 1e3 / calls
+    rows = [(evt.key, evt.count, evt.self_cpu_time_total / 1e3, kernel_ops(evt.key))
+            for evt in prof.key_averages() if evt.self_cpu_time_total > 0]
+    return KernelProfile(f"torch.profiler {torch.__version__}", calls, wall, per_call(rows, calls))
+
+
+def onnxruntime_profile(profile_file: str, calls: int, wall_ms: float) -> KernelProfile:
+    """Node events from an ONNX Runtime session profile (chrome trace JSON): one row per
+    graph node, named as ORT's optimizer left it (fused nodes keep their fused names).
+    The session's first run is its warm-up; only the ``calls`` runs after it count."""
+    import json
+
+    events = json.loads(open(profile_file).read())
+    runs = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if len(runs) < calls + 1:
+        raise ProfileUnavailable(f"ORT's profile holds {len(runs)} runs, expected {calls + 1}")
+    start = runs[-calls]
+    rows = []
+    for evt in events:
+        if evt.get("cat") != "Node" or not evt.get("name", "").endswith("_kernel_time") or evt.get("ts", 0) < start:
+            continue
+        args = evt.get("args", {})
+        op = args.get("op_name", "?")
+        rows.append((f"{op}:{evt['name'][: -len('_kernel_time')]}", 1, evt.get("dur", 0) / 1e3, (op,)))
+    return KernelProfile("onnxruntime session profiling", calls, wall_ms, per_call(rows, calls))
