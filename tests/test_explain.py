@@ -65,21 +65,32 @@ def test_explain_frame_counts_kernels_against_eager_ops():
     assert set(shares) == set(CATEGORIES) | {OUTSIDE}
 
 
-@pytest.fixture(scope="module")
-def explained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("explain") / "run"
-    proc = run_cli("--backends", "inductor,ort,tvm-untuned,iree", "--workloads", "elementwise_chain,norm_residual",
-                   "--size", "small", *FAST, "--explain", "--output-dir", out, "--no-history", "--quiet")
+def _explain_run(out, backends: str, workloads: str):
+    proc = run_cli("--backends", backends, "--workloads", workloads, "--size", "small", *FAST, "--explain",
+                   "--output-dir", out, "--no-history", "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def explained_quick(tmp_path_factory):
+    """The default suite's real run: two backends, one workload (about 30 s)."""
+    return _explain_run(tmp_path_factory.mktemp("explain") / "run", "ort,tvm-untuned", "norm_residual")
+
+
+@pytest.fixture(scope="module")
+def explained(tmp_path_factory):
+    """Every CPU backend (Inductor's profiled build costs a second compile): slow tier."""
+    return _explain_run(tmp_path_factory.mktemp("explain-all") / "run", "inductor,ort,tvm-untuned,iree",
+                        "elementwise_chain,norm_residual")
 
 
 def _cells(out):
     return {(c["workload"], c["backend"]): c for c in load_results(out)["cells"]}
 
 
-def test_every_cpu_backend_explains_its_time(explained):
-    for (workload, backend), cell in _cells(explained).items():
+def _check_profiles(out):
+    for (workload, backend), cell in _cells(out).items():
         profile = cell["profile"]
         assert profile is not None, (workload, backend)
         if "unavailable" in profile:
@@ -91,21 +102,32 @@ def test_every_cpu_backend_explains_its_time(explained):
         assert sum(category_shares(profile).values()) == pytest.approx(1.0)
 
 
-def test_inductor_fuses_the_chain_and_ort_names_fused_nodes(explained):
+def test_ort_names_fused_nodes_and_tvm_its_kernels(explained_quick):
+    _check_profiles(explained_quick)
+    cells = _cells(explained_quick)
+    ort_ops = {k["ops"][0] for k in cells[("norm_residual", "ort")]["profile"]["kernels"]}
+    assert ort_ops & {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"}, ort_ops
+    assert any(k["name"].startswith("fused_") for k in cells[("norm_residual", "tvm-untuned")]["profile"]["kernels"])
+
+
+def test_explain_command_and_reports_show_the_profiles(explained_quick):
+    proc = run_cli("explain", explained_quick)
+    assert proc.returncode == 0, proc.stderr
+    assert "kernels per call" in proc.stdout and "tvm-untuned" in proc.stdout
+    assert "## Where the time goes" in (explained_quick / "summary.md").read_text()
+    assert "Where the time goes" in (explained_quick / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_every_cpu_backend_explains_its_time(explained):
+    _check_profiles(explained)
+
+
+@pytest.mark.slow
+def test_inductor_fuses_the_chain(explained):
     cells = _cells(explained)
     launches = {b: sum(k["calls"] for k in cells[("elementwise_chain", b)]["profile"]["kernels"])
                 for b in ("eager", "inductor")}
     assert launches["inductor"] < launches["eager"]
     assert any(k["name"].startswith("graph_") and "fused" in k["name"]
                for k in cells[("elementwise_chain", "inductor")]["profile"]["kernels"])
-    ort_ops = {k["ops"][0] for k in cells[("norm_residual", "ort")]["profile"]["kernels"]}
-    assert ort_ops & {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"}, ort_ops
-    assert any(k["name"].startswith("fused_") for k in cells[("norm_residual", "tvm-untuned")]["profile"]["kernels"])
-
-
-def test_explain_command_and_reports_show_the_profiles(explained):
-    proc = run_cli("explain", explained)
-    assert proc.returncode == 0, proc.stderr
-    assert "kernels per call" in proc.stdout and "inductor" in proc.stdout
-    assert "## Where the time goes" in (explained / "summary.md").read_text()
-    assert "Where the time goes" in (explained / "report.html").read_text()
