@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, option, target_key
 from .eager import TorchCompiled
-from .profiling import KernelProfile, ProfileUnavailable, inductor_kernel_ops, torch_profile
+from .profiling import KernelProfile, ProfileUnavailable, fused_kernel_ops, torch_profile
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -62,7 +62,7 @@ class InductorCompiled(TorchCompiled):
         build = TorchCompiled(self._profiled_build(), "cpu")
         for _ in range(2):  # compile, then one warm call, outside the profile
             build.run(prepared)
-        profile = torch_profile(build.run, prepared, calls, build.synchronize, inductor_kernel_ops)
+        profile = torch_profile(build.run, prepared, calls, build.synchronize, fused_kernel_ops)
         facts = {"profiled build": "a second build with config.cpp.enable_kernel_profile"}
         return dataclasses.replace(profile, facts=facts)
 

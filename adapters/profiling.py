@@ -94,9 +94,10 @@ def per_call(rows: Iterable[tuple[str, int, float, tuple[str, ...]]], calls: int
     return tuple(sorted(kernels, key=lambda k: -k.ms))
 
 
-def inductor_kernel_ops(name: str) -> tuple[str, ...]:
-    """The aten ops an Inductor kernel name lists: ``graph_0_cpp_fused_add_mul_sin_0`` ->
-    ``("add", "mul", "sin")`` (Inductor names kernels after the ops it fused)."""
+def fused_kernel_ops(name: str) -> tuple[str, ...]:
+    """The ops a fused kernel's name lists: Inductor's ``graph_0_cpp_fused_add_mul_sin_0``
+    -> ``("add", "mul", "sin")``, TVM's ``fused_matmul_add1`` -> ``("matmul", "add1")``
+    (both name a fused kernel after the ops in it)."""
     match = re.search(r"fused_(.*?)(_\d+)?$", name)
     return tuple(op for op in match.group(1).split("_") if op) if match else ()
 

@@ -34,7 +34,7 @@ from .base import (
     option,
     target_key,
 )
-from .profiling import KernelProfile, ProfileUnavailable, inductor_kernel_ops, per_call, wall_ms_per_call
+from .profiling import KernelProfile, ProfileUnavailable, fused_kernel_ops, per_call, wall_ms_per_call
 from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
@@ -84,7 +84,7 @@ class TvmCompiled(Compiled):
         self.run(prepared)  # one warm call through the hook, left out
         totals.clear()
         wall = wall_ms_per_call(self.run, prepared, calls, self.synchronize)
-        rows = [(name, count, ms, inductor_kernel_ops(name)) for name, (count, ms) in totals.items()]
+        rows = [(name, count, ms, fused_kernel_ops(name)) for name, (count, ms) in totals.items()]
         return KernelProfile("Relax VM instrument hook (set_instrument)", calls, wall, per_call(rows, calls),
                              note="VM builtins (allocation, shape checks) are listed as runtime overhead")
 

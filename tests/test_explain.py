@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from adapters.profiling import CATEGORIES, categorize, inductor_kernel_ops, onnxruntime_profile, per_call
+from adapters.profiling import CATEGORIES, categorize, fused_kernel_ops, onnxruntime_profile, per_call
 from compare.report.explain import OUTSIDE, category_shares, explain_frame
 from compare.results.schema import Cell, LatencyStats, RunResults
 from conftest import FAST, load_results, run_cli
@@ -19,7 +19,7 @@ def test_kernel_categories_from_names_and_ops():
     assert categorize("Transpose:node_2") == "data movement"
     assert categorize("vm.builtin.alloc_storage") == "runtime overhead"
     assert categorize("aten::empty") == "runtime overhead"
-    assert inductor_kernel_ops("graph_0_cpp_fused_add_mul_sin_3") == ("add", "mul", "sin")
+    assert fused_kernel_ops("graph_0_cpp_fused_add_mul_sin_3") == ("add", "mul", "sin")
 
 
 @pytest.mark.unit
