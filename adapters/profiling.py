@@ -111,11 +111,7 @@ def torch_profile(run: Callable[[Any], Any], arg: Any, calls: int, sync: Callabl
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        for _ in range(calls):
-            run(arg)
-        sync()
-        wall = (time.perf_counter() - start) * 1e3 / calls
+        wall = wall_ms_per_call(run, arg, calls, sync)
     rows = [(evt.key, evt.count, evt.self_cpu_time_total / 1e3, kernel_ops(evt.key))
             for evt in prof.key_averages() if evt.self_cpu_time_total > 0]
     return KernelProfile(f"torch.profiler {torch.__version__}", calls, wall, per_call(rows, calls))

@@ -22,12 +22,17 @@ def _profiled(cell: Cell) -> bool:
 OUTSIDE = "outside kernels"  # the profiled call's time that no kernel accounts for (dispatch, VM, Python)
 
 
+def _call_ms(profile: dict[str, Any]) -> float:
+    """The profiled call, or the kernels' sum where they ran concurrently and exceed it."""
+    return max(profile["profiled_call_ms"], sum(k["ms"] for k in profile["kernels"]))
+
+
 def category_shares(profile: dict[str, Any]) -> dict[str, float]:
     """Share of the profiled call per category, and the share outside every kernel: the
     shares sum to 1. Where the kernels' times add up to more than the call (kernels that
     ran concurrently), they are shares of the kernels' sum and nothing is outside."""
     kernel_ms = sum(k["ms"] for k in profile["kernels"])
-    total = max(profile["profiled_call_ms"], kernel_ms) or 1.0
+    total = _call_ms(profile) or 1.0
     shares = dict.fromkeys(CATEGORIES, 0.0)
     for k in profile["kernels"]:
         shares[k["category"]] += k["ms"] / total
@@ -40,7 +45,7 @@ def launches(profile: dict[str, Any]) -> float:
 
 
 def _top(profile: dict[str, Any], count: int = 3) -> str:
-    total = max(profile["profiled_call_ms"], sum(k["ms"] for k in profile["kernels"])) or 1.0
+    total = _call_ms(profile) or 1.0
     return "; ".join(f"{k['name'][:48]} {k['ms'] / total:.0%}" for k in profile["kernels"][:count])
 
 
@@ -69,7 +74,7 @@ def explain_frame(results: RunResults) -> pd.DataFrame:
 
 def category_ms(profile: dict[str, Any]) -> dict[str, float]:
     """Milliseconds of the profiled call by category, and outside every kernel."""
-    total = max(profile["profiled_call_ms"], sum(k["ms"] for k in profile["kernels"]))
+    total = _call_ms(profile)
     return {category: share * total for category, share in category_shares(profile).items()}
 
 
