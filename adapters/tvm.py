@@ -117,6 +117,10 @@ class TvmOptions(BackendOptions):
         "on", "TVM's fast_erf for GELU and FastMathTransform: exp, tanh, erf, softmax and GELU as vectorizable "
         "approximations instead of scalar libm calls (default on; off: exact)", flag="tvm-fast-math",
         choices=("on", "off"))
+    tvm_negative_index_fix: str = option(
+        "on", "rewrite x[:, -1] (select with a negative index) to its positive form before TVM's frontend, which "
+        "miscompiles the negative one (default on; off: TVM as it comes, e.g. to show or bisect the bug)",
+        flag="tvm-negative-index-fix", choices=("on", "off"))
     retune: bool = option(False, "discard stored TVM tuning logs and tune again", flag="retune", kind="flag")
     cuda_arch: str | None = cuda_arch_option()
 
@@ -138,7 +142,8 @@ class _TvmBase(Backend):
                 "default_schedules": ("dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback"
                                       if default_schedules_on(ctx) else "off (naked loop nests)"),
                 "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)"
-                         if fast_math_on(ctx) and ctx.device != "cuda" else "exact (libm calls)")}
+                         if fast_math_on(ctx) and ctx.device != "cuda" else "exact (libm calls)"),
+                "negative_index_fix": ctx.options.tvm_negative_index_fix}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("tvm", "tvm_ffi")
@@ -173,7 +178,8 @@ class _TvmBase(Backend):
 
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-            ctx.info["negative_indices_canonicalized"] = canonicalize_negative_indices(exported)
+            if ctx.options.tvm_negative_index_fix != "off":
+                ctx.info["negative_indices_canonicalized"] = canonicalize_negative_indices(exported)
         with ctx.phase("frontend"):
             # Weights are bound as constants (the default): kept as inputs they left
             # runtime transposes that cost more than the matmuls.

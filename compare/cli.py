@@ -20,7 +20,7 @@ EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
 SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise",
-               "explain")
+               "explain", "bisect")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",
                        help="calls in the shape sequence (default 40)")
     paper.add_argument("--skip-dynamic", action="store_true", help="leave out the dynamic-shape experiment")
+    paper.add_argument("--explain", action="store_true",
+                       help="profile every cell after timing: the fusion part (kernels per call) needs it")
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
     lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -248,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("explain", help="where each backend's time goes: the kernel profiles of a run made with --explain")
     exp.add_argument("run", metavar="RUN_DIR")
+
+    bis = sub.add_parser("bisect", help="the first op whose error against float64 jumps beyond eager's, and a "
+                         "reproducer for it, for one cell of a run")
+    bis.add_argument("run_dir", metavar="RUN_DIR")
+    bis.add_argument("--cell", required=True, metavar="WORKLOAD/BACKEND", help="e.g. gpt2/iree")
+    bis.add_argument("--factor", type=_positive_float, default=10.0,
+                     help="an op is bad when its error vs float64 exceeds this many times eager's (default 10)")
+    bis.add_argument("--timeout", type=_positive_float, default=3600.0, help="seconds for the whole bisect")
 
     his = sub.add_parser("history", help="runs recorded in the history database, or one figure over time")
     his.add_argument("--db", default=str(Path("reports") / "history.sqlite"))
@@ -302,6 +312,7 @@ COMMANDS = {
     "diff": module_command("report.diff"),
     "reference": module_command("report.reference"),
     "explain": module_command("report.explain"),
+    "bisect": module_command("experiments.bisect"),
     "history": cmd_history,
     "tuning-logs": module_command("tuning_logs"),
     "noise": module_command("experiments.noise", "seconds"),

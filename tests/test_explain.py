@@ -131,3 +131,22 @@ def test_inductor_fuses_the_chain(explained):
     assert launches["inductor"] < launches["eager"]
     assert any(k["name"].startswith("graph_") and "fused" in k["name"]
                for k in cells[("elementwise_chain", "inductor")]["profile"]["kernels"])
+
+
+@pytest.mark.unit
+def test_paper_fusion_section_sets_kernels_beside_achieved_traffic():
+    from compare.report.paper import _fusion_section
+
+    eager = _cell("eager", [("aten::sin", 1, 0.3), ("aten::mul", 2, 0.3), ("aten::add", 1, 0.4)])
+    fused = _cell("inductor", [("cpp_fused_add_mul_sin_0", 1, 0.5)])
+    for cell in (eager, fused):
+        cell.workload = "elementwise_chain"
+        cell.work = {"min_bytes": 8e6, "flops": 1e6}
+    fused.latency = LatencyStats(median=0.5, p10=1, p90=1, q1=1, q3=1, mean=1, min=1, n=3, number=1)
+    fused.speedup, fused.speedup_ci = 2.0, (1.9, 2.1)
+    rows = {cells[2]: cells[3:7] for line in _fusion_section([eager, fused]) for row in line.splitlines()
+            if (cells := [c.strip() for c in row.split("|")]) and len(cells) > 7 and cells[2] in ("eager", "inductor")}
+    # kernels per call, eager's ops, minimum MB, GB/s (8 MB in 1 ms and in 0.5 ms)
+    assert rows == {"eager": ["4", "4", "8", "8"], "inductor": ["1", "4", "8", "16"]}
+    assert "run `compare paper --explain`" in "\n".join(_fusion_section([Cell(workload="conv", backend="x",
+                                                                                status="ok")]))

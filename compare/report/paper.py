@@ -47,6 +47,7 @@ def paper_markdown(results: RunResults) -> str:
     out += ["", "## 4. Dynamic shapes", ""] + (_dynamic_section(dyn) if dyn else ["(not run)"])
     out += _memory_section(cells, results)
     out += _roofline_section(cells, results.experiments)
+    out += _fusion_section(cells)
     failed = [c for c in results.cells if c.status != "ok"]
     if failed:
         out += ["", "## Cells that did not run", ""] + [f"- {c.label} / {c.backend}: {c.status}: {c.error}" for c in failed]
@@ -169,6 +170,37 @@ def _roofline_section(cells, experiments: dict[str, Any]) -> list[str]:
     exceeded = ceiling_check(cells, ceilings)
     out += ["", "Where a measured ceiling does not bound what a backend reached:", ""]
     return out + ([f"- {note}" for note in exceeded] if exceeded else ["- nowhere: every cell is under both ceilings."])
+
+
+FUSION_WORKLOADS = ("elementwise_chain", "norm_residual")  # the survey's fusion-friendly graphs
+
+
+def _fusion_section(cells) -> list[str]:
+    """Kernels per call (from each backend's own profiler, --explain) and the memory
+    traffic each backend achieved, for the graphs the survey's fusion argument is about."""
+    from compare.report.explain import launches
+
+    out = ["", "## 7. Fusion, from the profiles", "",
+           "The survey's argument (sections 5 and 7): on a chain of pointwise or normalization ops, time goes to "
+           "moving each intermediate through memory, so a compiler that fuses the chain into few kernels reads and "
+           "writes less and wins most there. *Kernels per call* come from each backend's own profiler "
+           "(`--explain`), eager's op count from `torch.profiler`; *achieved GB/s* is the graph's minimum traffic "
+           "(inputs + weights + outputs, once) over the measured median, so fusion shows as fewer kernels and more "
+           "of the minimum traffic per second.", ""]
+    chosen = [c for c in cells if c.workload in FUSION_WORKLOADS]
+    eager_ops = {c.label: launches(c.profile) for c in chosen
+                 if c.backend == "eager" and c.profile and "kernels" in c.profile}
+    rows = [{"workload": c.label, "backend": c.backend, "kernels per call": round(launches(c.profile), 1),
+             "eager ops per call": _fmt(eager_ops.get(c.label), ".0f"),
+             "minimum MB": _fmt(c.work["min_bytes"] / 1e6, ".3g") if c.work else "-",
+             "achieved GB/s": (_fmt(c.work["min_bytes"] / (c.latency.median * 1e-3) / 1e9, ".3g")
+                               if c.work and c.latency else "-"),
+             "speedup": _speedup_cell(c) if c.backend != "eager" else "1.00x"}
+            for c in chosen if c.profile and "kernels" in c.profile]
+    if not rows:
+        return out + ["(no kernel profiles: run `compare paper --explain` for this part)"]
+    return out + [_table(rows), "", f"Paper: {PAPER_SPEEDUP['elementwise_chain']} on the chain and "
+                  f"{PAPER_SPEEDUP['norm_residual']} on norm-residual, TorchInductor on a GPU."]
 
 
 def _dynamic_section(dyn: dict[str, Any]) -> list[str]:
