@@ -1,0 +1,125 @@
+"""AOTInductor: Inductor ahead of time, the deployable form of ``torch.compile``.
+
+``torch.export`` -> ``torch._inductor.aoti_compile_and_package`` (C++ code generation and
+a shared-object build, packed into a ``.pt2``) -> ``torch._inductor.aoti_load_package``.
+Phases: ``export``, ``compile``, ``load``, ``first_call``. Freezing follows the Inductor
+backend's setting (``--inductor-freezing``, on by default). ``--cache warm`` keeps the
+``.pt2`` in the store, hash-checked like IREE's vmfb: a warm start is loading that shared
+object, the figure to set against Inductor's JIT warm start.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from . import artifacts
+from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes, target_key
+from .eager import TorchCompiled
+from .profiling import KernelProfile, fused_kernel_ops, torch_profile
+
+PACKAGE = "model.pt2"
+
+
+@dataclass(frozen=True)
+class AotInductorOptions(BackendOptions):
+    # No flag of its own: the run's --inductor-freezing, shared with the inductor backend.
+    inductor_freezing: bool = True
+
+
+class AotInductorCompiled(TorchCompiled):
+    """The loaded package; profiled through a second package whose kernels carry
+    profiler records (never the timed one)."""
+
+    def __init__(self, runner, device: str, profiled_package):
+        super().__init__(runner, device)
+        self._profiled_package = profiled_package
+
+    def profile(self, prepared: Any, calls: int) -> KernelProfile:
+        build = TorchCompiled(self._profiled_package(), "cpu")
+        build.run(prepared)  # one warm call, outside the profile
+        profile = torch_profile(build.run, prepared, calls, build.synchronize, fused_kernel_ops)
+        return dataclasses.replace(profile, facts={"profiled build": "a second package with config.cpp.enable_kernel_profile"})
+
+
+class AotInductorBackend(Backend):
+    name = "aot-inductor"
+    rank = 15
+    description = "AOTInductor: torch.export + Inductor ahead of time to a .pt2 package (C++ shared object)"
+    packages = ("torch",)
+    devices = ("cpu",)
+    options_type = AotInductorOptions
+    runtime_modules = ("torch.export", "torch._inductor", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
+                       "torch._inductor.scheduler")
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("torch",)
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        return {"freezing": ctx.options.inductor_freezing, "package": "aoti_compile_and_package -> .pt2",
+                "loader": "aoti_load_package", "no_grad": True}
+
+    def process_env(self, ctx: CompileContext) -> dict[str, str]:
+        # Inductor's cache folder: a fresh one per cold cell, the store's when warm. Loading
+        # a package checks the CPU's vector ISA by building a small C++ probe (3.5 s here),
+        # which Inductor caches there, as it would on a deployed machine.
+        if ctx.cache == "warm":
+            folder = ctx.persistent_dir(self.name, target_key(ctx.device, ctx.threads, self.versions())) / "inductor-cache"
+        else:
+            folder = ctx.work_dir / "inductor-cache"
+        return {"TORCHINDUCTOR_CACHE_DIR": str(folder)}
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
+        warm = ctx.cache == "warm"
+        folder, expected = artifacts.store_for(self, ctx)
+        expected["inductor_configs"] = {"freezing": ctx.options.inductor_freezing}  # a stored package matches them too
+        with artifacts.locked(folder) if warm else contextlib.nullcontext():
+            package = folder / PACKAGE
+            hit = warm and artifacts.is_valid(folder, expected)
+            if hit:
+                ctx.phases.update({"export": 0.0, "compile": 0.0})
+            else:
+                self._export_and_package(module, example_inputs, ctx, package)
+                artifacts.write_meta(folder, [PACKAGE], expected)
+            ctx.info["package_bytes"] = package.stat().st_size
+            runner = self._load(package, ctx)
+        cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit)) if warm else None
+        profiled = lambda: self._profiled_package(module, example_inputs, ctx)  # noqa: E731
+        return CompileResult(AotInductorCompiled(runner, ctx.device, profiled), cache=cache, info=ctx.info)
+
+    def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
+        if strategy != "symbolic":
+            return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
+        package = ctx.work_dir / "dynamic.pt2"
+        shapes = export_dynamic_shapes(dynamic_dims, ctx.dynamic_max)
+        self._export_and_package(module, example_inputs, ctx, package, shapes)
+        return DelegatingSession(self, TorchCompiled(self._load(package, ctx), ctx.device))
+
+    @staticmethod
+    def _export_and_package(module, example_inputs, ctx: CompileContext, package, dynamic_shapes=None,
+                            extra_configs: dict[str, Any] | None = None) -> None:
+        import torch
+        import torch._inductor
+
+        with ctx.phase("export"):
+            exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+        configs = {"freezing": ctx.options.inductor_freezing, **(extra_configs or {})}
+        with ctx.phase("compile"), torch.no_grad():
+            tmp = package.with_name(f".{package.name}.tmp.pt2")
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp), inductor_configs=configs)
+            tmp.replace(package)  # a crash mid-build leaves no half package under the stored name
+
+    @staticmethod
+    def _load(package, ctx: CompileContext):
+        import torch._inductor
+
+        with ctx.phase("load"):
+            return torch._inductor.aoti_load_package(str(package))
+
+    def _profiled_package(self, module, example_inputs, ctx: CompileContext):
+        package = ctx.work_dir / "profiled.pt2"
+        scratch = dataclasses.replace(ctx, phases={}, on_phase=None)
+        self._export_and_package(module, example_inputs, scratch, package,
+                                 extra_configs={"cpp.enable_kernel_profile": True})
+        return self._load(package, scratch)

@@ -1,0 +1,100 @@
+"""OpenVINO (and OpenVINO as a torch.compile backend): real compiles at the small size,
+the configuration it reports, its own model cache, its precision rule, its profile."""
+import importlib.util
+
+import pytest
+
+from conftest import FAST, load_results, run_cli
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="openvino not installed")
+
+
+def _cells(out):
+    return {(c["workload"], c["backend"]): c for c in load_results(out)["cells"]}
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    out = tmp_path_factory.mktemp("openvino") / "run"
+    proc = run_cli("--backends", "openvino,openvino-dynamo", "--workloads", "mlp,norm_residual", "--size", "small",
+                   *FAST, "--threads", "2", "--explain", "--output-dir", out, "--no-history")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return _cells(out)
+
+
+def test_openvino_compiles_runs_and_agrees_with_its_configuration_recorded(cold):
+    for workload in ("mlp", "norm_residual"):
+        cell = cold[(workload, "openvino")]
+        assert cell["status"] == "ok" and cell["numerics_ok"] is True, cell["error"]
+        assert list(cell["compile_phases"]) == ["convert", "compile", "first_call"]
+        assert cell["import_s"] > 0 and cell["settings"]["PERFORMANCE_HINT"] == "LATENCY"
+        observed = cell["info"]["openvino_properties"]  # what OpenVINO itself says it runs with
+        assert observed["INFERENCE_NUM_THREADS"] == "2" and observed["NUM_STREAMS"] == "1"
+        assert "float32" in observed["INFERENCE_PRECISION_HINT"] and observed["PERFORMANCE_HINT"] == "LATENCY"
+
+
+def test_openvino_profile_names_the_plugin_layers(cold):
+    profile = cold[("norm_residual", "openvino")]["profile"]
+    assert profile["instrument"].startswith("openvino performance counters")
+    kinds = {k["name"].split(":")[0]: k["category"] for k in profile["kernels"]}
+    assert kinds.get("MVN") == "reduction/norm", kinds  # LayerNorm as the CPU plugin runs it
+    assert 0 < sum(k["ms"] for k in profile["kernels"]) <= 2 * profile["profiled_call_ms"]
+
+
+def test_openvino_as_a_torch_compile_backend_runs(cold):
+    cell = cold[("mlp", "openvino-dynamo")]
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True, cell["error"]
+    assert list(cell["compile_phases"]) == ["compile"] and cell["settings"]["frontend"].startswith("torch.compile")
+
+
+def test_openvino_warm_second_run_loads_its_own_cache(tmp_path):
+    store = tmp_path / "store"
+    runs = []
+    for name in ("warm1", "warm2"):
+        proc = run_cli("--backends", "openvino", "--workloads", "mlp", "--size", "small", *FAST, "--cache", "warm",
+                       "--tuning-logs", store, "--output-dir", tmp_path / name, "--no-history")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs.append(_cells(tmp_path / name)[("mlp", "openvino")])
+    first, second = runs
+    assert first["cache"] == "miss" and first["info"]["cache_evidence"]["loaded_from_cache"] is False
+    evidence = second["info"]["cache_evidence"]
+    assert second["cache"] == "hit" and evidence["loaded_from_cache"] is True and evidence["loaded_from_store"] is True
+    assert evidence["cache_blobs"] and second["compile_phases"]["convert"] == 0.0
+    assert second["numerics_ok"] is True
+
+
+def test_reduced_precision_follows_the_cpu_plugin_capabilities(tmp_path):
+    import openvino as ov
+
+    capabilities = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    proc = run_cli("--backends", "openvino", "--workloads", "mlp", "--size", "small", *FAST, "--dtype", "bf16",
+                   "--output-dir", tmp_path / "run", "--no-history")
+    cell = next(c for c in load_results(tmp_path / "run")["cells"] if c["backend"] == "openvino")
+    if "BF16" in capabilities:
+        assert cell["status"] == "ok" and "bf16" in cell["info"]["openvino_properties"]["INFERENCE_PRECISION_HINT"]
+    else:  # unavailable, in OpenVINO's own words, and the run still succeeds
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert cell["status"] == "unavailable" and "OPTIMIZATION_CAPABILITIES" in cell["error"]
+        assert ", ".join(capabilities) in cell["error"]
+
+
+@pytest.mark.unit
+def test_a_missing_openvino_is_unavailable_with_the_install_hint(monkeypatch):
+    from adapters.openvino import OpenVinoBackend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    ok, reason = OpenVinoBackend().available()
+    assert not ok and "pip install -e '.[openvino]'" in reason
+
+
+@pytest.mark.unit
+def test_layer_categories():
+    from adapters.openvino import layer_category
+
+    assert layer_category("FullyConnected", "gemm_mlas_f32") == "matmul/conv"
+    assert layer_category("Convolution", "jit_avx2_f32") == "matmul/conv"
+    assert layer_category("MVN", "jit_avx2_f32") == "reduction/norm"
+    assert layer_category("Softmax", "jit_avx2_f32") == "reduction/norm"
+    assert layer_category("Reorder", "ref_any_f32") == "data movement"
+    assert layer_category("Subgraph", "jit_avx2_f32") == "pointwise"
