@@ -108,6 +108,13 @@ class OpenVinoBackend(Backend):
     def required_modules(self) -> tuple[str, ...]:
         return ("openvino",)
 
+    def process_env(self, ctx: CompileContext) -> dict[str, str]:
+        # OpenVINO's TBB loads its hwloc binding (libtbbbind) with RTLD_DEEPBIND, so hwloc
+        # frees with glibc's free what a preloaded tcmalloc or jemalloc allocated: compile_model
+        # aborted ("free(): invalid pointer", traced with gdb to hwloc_topology_load). TBB
+        # skips DEEPBIND when TBB_ENABLE_SANITIZERS is set, and then runs under every allocator.
+        return {"TBB_ENABLE_SANITIZERS": "1"}
+
     def config(self, ctx: CompileContext, dtype: str) -> dict[str, Any]:
         return {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": ctx.threads,
                 "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype][0]}
@@ -115,7 +122,7 @@ class OpenVinoBackend(Backend):
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**self.config(ctx, "fp32"), "INFERENCE_PRECISION_HINT": "the cell's: f32, bf16 or f16",
                 "frontend": "openvino.convert_model(nn.Module, example_input)", "input shapes": "static (the cell's)",
-                "device": "CPU", "CACHE_DIR": "the store's, with --cache warm"}
+                "device": "CPU", "CACHE_DIR": "the store's, with --cache warm", **self.process_env(ctx)}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         import openvino as ov

@@ -98,3 +98,18 @@ def test_layer_categories():
     assert layer_category("Softmax", "jit_avx2_f32") == "reduction/norm"
     assert layer_category("Reorder", "ref_any_f32") == "data movement"
     assert layer_category("Subgraph", "jit_avx2_f32") == "pointwise"
+
+
+@pytest.mark.parametrize("allocator", ["tcmalloc", "jemalloc"])
+def test_openvino_runs_under_a_preloaded_allocator(tmp_path, allocator):
+    """OpenVINO's TBB deep-binds hwloc, which then freed tcmalloc's memory with glibc's free
+    (an abort in compile_model); the backend's environment turns the deep binding off."""
+    from compare.harness.allocators import find_library
+
+    if find_library(allocator) is None:
+        pytest.skip(f"{allocator} is not installed")
+    proc = run_cli("--backends", "openvino", "--workloads", "mlp", "--size", "small", *FAST, "--allocator", allocator,
+                   "--output-dir", tmp_path / "run", "--no-history")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = next(c for c in load_results(tmp_path / "run")["cells"] if c["backend"] == "openvino")
+    assert cell["status"] == "ok" and cell["allocator"] == allocator and cell["settings"]["TBB_ENABLE_SANITIZERS"] == "1"
