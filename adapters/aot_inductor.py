@@ -9,15 +9,14 @@ object, the figure to set against Inductor's JIT warm start.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes, target_key
+from .base import Backend, BackendOptions, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes, target_key
 from .eager import TorchCompiled
-from .profiling import KernelProfile, fused_kernel_ops, torch_profile
+from .inductor import InductorCompiled
 
 PACKAGE = "model.pt2"
 
@@ -26,21 +25,6 @@ PACKAGE = "model.pt2"
 class AotInductorOptions(BackendOptions):
     # No flag of its own: the run's --inductor-freezing, shared with the inductor backend.
     inductor_freezing: bool = True
-
-
-class AotInductorCompiled(TorchCompiled):
-    """The loaded package; profiled through a second package whose kernels carry
-    profiler records (never the timed one)."""
-
-    def __init__(self, runner, device: str, profiled_package):
-        super().__init__(runner, device)
-        self._profiled_package = profiled_package
-
-    def profile(self, prepared: Any, calls: int) -> KernelProfile:
-        build = TorchCompiled(self._profiled_package(), "cpu")
-        build.run(prepared)  # one warm call, outside the profile
-        profile = torch_profile(build.run, prepared, calls, build.synchronize, fused_kernel_ops)
-        return dataclasses.replace(profile, facts={"profiled build": "a second package with config.cpp.enable_kernel_profile"})
 
 
 class AotInductorBackend(Backend):
@@ -71,22 +55,15 @@ class AotInductorBackend(Backend):
         return {"TORCHINDUCTOR_CACHE_DIR": str(folder)}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
-        warm = ctx.cache == "warm"
-        folder, expected = artifacts.store_for(self, ctx)
-        expected["inductor_configs"] = {"freezing": ctx.options.inductor_freezing}  # a stored package matches them too
-        with artifacts.locked(folder) if warm else contextlib.nullcontext():
-            package = folder / PACKAGE
-            hit = warm and artifacts.is_valid(folder, expected)
-            if hit:
-                ctx.phases.update({"export": 0.0, "compile": 0.0})
-            else:
-                self._export_and_package(module, example_inputs, ctx, package)
-                artifacts.write_meta(folder, [PACKAGE], expected)
+        build = lambda path: self._export_and_package(module, example_inputs, ctx, path)  # noqa: E731
+        key = {"inductor_configs": {"freezing": ctx.options.inductor_freezing}}  # a stored package matches them too
+        with artifacts.one_file(self, ctx, PACKAGE, build, key) as (package, cache):
             ctx.info["package_bytes"] = package.stat().st_size
             runner = self._load(package, ctx)
-        cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit)) if warm else None
         profiled = lambda: self._profiled_package(module, example_inputs, ctx)  # noqa: E731
-        return CompileResult(AotInductorCompiled(runner, ctx.device, profiled), cache=cache, info=ctx.info)
+        compiled = InductorCompiled(runner, ctx.device, profiled, warm_calls=1,
+                                    fact="a second package with config.cpp.enable_kernel_profile")
+        return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":

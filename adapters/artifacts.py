@@ -3,10 +3,11 @@ that names what they were built for and the hash of every file, so a stored
 artifact is used only when it matches this cell and is intact."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from filelock import FileLock
 
@@ -65,3 +66,25 @@ def evidence(folder: Path, hit: bool) -> dict[str, Any]:
         files = {}
     return {"artifact_dir": str(folder), "loaded_from_store": hit,
             "files": {name: digest[:16] for name, digest in files.items()}}
+
+
+@contextlib.contextmanager
+def one_file(backend, ctx, name: str, build: Callable[[Path], None], key: dict[str, Any] | None = None,
+             built_phases: tuple[str, ...] = ("export", "compile")) -> Iterator[tuple[Path, Any]]:
+    """A backend whose build is one file (IREE's vmfb, AOTInductor's .pt2): warm and stored
+    intact, reuse it (``built_phases`` are then 0); else ``build(path)`` and store it. Yields
+    the file and the cache verdict, with the store's lock held while the caller loads it.
+    ``key``: more that a stored file must have been built with (settings)."""
+    from .base import CacheVerdict
+
+    folder, expected = store_for(backend, ctx)
+    expected.update(key or {})
+    with locked(folder) if ctx.cache == "warm" else contextlib.nullcontext():
+        path = folder / name
+        hit = ctx.cache == "warm" and is_valid(folder, expected)
+        if hit:
+            ctx.phases.update(dict.fromkeys(built_phases, 0.0))
+        else:
+            build(path)
+            write_meta(folder, [name], expected)
+        yield path, CacheVerdict("hit" if hit else "miss", evidence(folder, hit))

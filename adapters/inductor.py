@@ -7,14 +7,13 @@ compile) and ``first_call`` (the rest: guards and the first execution).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, option, target_key
 from .eager import TorchCompiled
-from .profiling import KernelProfile, ProfileUnavailable, fused_kernel_ops, torch_profile
+from .profiling import KernelProfile, ProfileUnavailable, profile_second_build
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -49,22 +48,20 @@ def cache_result(evidence: dict[str, int]) -> str:
 
 
 class InductorCompiled(TorchCompiled):
-    """torch.compile's output; profiled through a second build whose kernels carry
-    profiler records (never the timed one)."""
+    """Inductor's output (torch.compile's, or a loaded AOTInductor package); profiled
+    through a second build whose kernels carry profiler records (never the timed one),
+    after ``warm_calls`` untimed calls (a torch.compile build compiles on its first)."""
 
-    def __init__(self, fn, device: str, profiled_build):
+    def __init__(self, fn, device: str, profiled_build, warm_calls: int = 2,
+                 fact: str = "a second build with config.cpp.enable_kernel_profile"):
         super().__init__(fn, device)
-        self._profiled_build = profiled_build
+        self._profiled_build, self._warm_calls, self._fact = profiled_build, warm_calls, fact
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         if self._cuda:
             raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
         build = TorchCompiled(self._profiled_build(), "cpu")
-        for _ in range(2):  # compile, then one warm call, outside the profile
-            build.run(prepared)
-        profile = torch_profile(build.run, prepared, calls, build.synchronize, fused_kernel_ops)
-        facts = {"profiled build": "a second build with config.cpp.enable_kernel_profile"}
-        return dataclasses.replace(profile, facts=facts)
+        return profile_second_build(build.run, prepared, calls, self._warm_calls, self._fact)
 
 
 class InductorBackend(Backend):

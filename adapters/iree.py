@@ -7,7 +7,6 @@ code was ~6x slower), so its cache key holds the CPU and the compiler version.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,6 @@ from . import artifacts
 from .base import (
     Backend,
     BackendOptions,
-    CacheVerdict,
     CompileContext,
     Compiled,
     CompileResult,
@@ -94,18 +92,10 @@ class IreeBackend(Backend):
         return out
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
-        folder, expected = artifacts.store_for(self, ctx)
-        with artifacts.locked(folder) if ctx.cache == "warm" else contextlib.nullcontext():
-            vmfb = folder / VMFB
-            hit = ctx.cache == "warm" and artifacts.is_valid(folder, expected)
-            if hit:
-                ctx.phases.update({"export": 0.0, "compile": 0.0})
-            else:
-                self._export_and_compile(module, example_inputs, ctx, vmfb)
-                artifacts.write_meta(folder, [VMFB], expected)
+        build = lambda path: self._export_and_compile(module, example_inputs, ctx, path)  # noqa: E731
+        with artifacts.one_file(self, ctx, VMFB, build) as (vmfb, cache):
             ctx.info["vmfb_bytes"] = vmfb.stat().st_size
             compiled = self._load(vmfb, ctx)
-        cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit))
         return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
