@@ -64,3 +64,20 @@ def test_the_worker_times_the_first_call_when_the_backend_did_not(fake_backends,
     assert cell["cache"] == "miss"  # warm, and the backend keeps no store: it built again
     assert cell["tuning_s"] == 7.0 and cell["info"] == {}
     assert worker.measure_cell(_spec("plain", tmp_path))["cache"] == "cold"
+
+
+@pytest.mark.parametrize("backend", ["eager", "ort"])
+def test_every_worker_imports_the_same_framework_modules_before_timing(tmp_path, backend):
+    """The eager-only worker imported nothing beyond torch and ran eager ~11 % slower than
+    every compiler's worker, all of which import torch.export and dynamo (norm_residual):
+    every worker now imports them first, and they count in torch_import_s."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; from compare.worker import steps\n"
+            f"b, ctx, seconds = steps.prepare_worker({{'backend': {backend!r}, 'workload': 'mlp', 'workload_key': 'k',"
+            f" 'device': 'cpu', 'threads': 1, 'work_dir': {str(tmp_path)!r}}})\n"
+            "print(all(m in sys.modules for m in steps.COMMON_MODULES), seconds > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True"]
+    assert worker.COMMON_MODULES == ("torch.export", "torch._dynamo")

@@ -105,7 +105,7 @@ class Cell:
     numerics_draws: int | None = None  # input draws checked; errors are the worst over them
     numerics_after_timing: dict[str, Any] | None = None  # the outputs re-checked after the timed calls
     tolerance: dict[str, float] | None = None
-    torch_import_s: float | None = None  # importing torch in the worker (every backend pays it)
+    torch_import_s: float | None = None  # importing torch, torch.export and dynamo in the worker (every cell pays it)
     import_s: float | None = None  # the backend's own modules (not part of compile_s)
     time_to_first_result_s: float | None = None  # torch import + import + compile (first call included)
     tuning_s: float | None = None  # seconds of tuning behind the log used (tuned backends; None: unknown)

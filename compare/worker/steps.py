@@ -77,6 +77,15 @@ def allocator_in_use() -> str:
 
 # ----------------------------------------------------------------------------- steps
 
+# Imported by every worker, the eager-only one included, before anything is timed: every
+# compiler here goes through them (torch.export, dynamo), and a process that has imported
+# them ran eager 8-15 % faster than one that had not (norm_residual, interleaved in one
+# run: importing torch._dynamo -7.9 %, sympy alone -8.8 %, torch.export -10.3 %, nothing
+# +0.2 %), so the eager-only reference, which imported nothing else, ran ~11 % slower
+# than every in-cell eager (docs/method.md, "The same process state for every cell").
+COMMON_MODULES = ("torch.export", "torch._dynamo")
+
+
 def prepare_worker(spec: dict[str, Any]):
     """Backend, context and torch's import seconds; the environment is set before torch loads."""
     from adapters import CompileContext, get_backend
@@ -99,6 +108,8 @@ def prepare_worker(spec: dict[str, Any]):
     start = time.perf_counter()
     import torch
 
+    for name in COMMON_MODULES:
+        importlib.import_module(name)
     torch_import_s = time.perf_counter() - start
     torch.set_num_threads(spec["threads"])
     torch.set_float32_matmul_precision("highest")
