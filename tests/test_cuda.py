@@ -50,6 +50,11 @@ def test_capability_matrix_explains_itself():
     assert proc.returncode == 0
     for name in ("eager", "inductor", "ort", "tvm", "iree"):
         assert name in proc.stdout
+    from adapters import get_backend
+
+    for name in ("openvino", "openvino-dynamo", "aot-inductor"):  # not applicable: listed with the reason
+        assert get_backend(name).available("cuda") == (False, f"{name} has no cuda target in dlcompare")
+        assert name in proc.stdout
     if not HAS_GPU:
         assert "no CUDA device visible to torch" in proc.stdout
 
