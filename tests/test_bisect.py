@@ -76,6 +76,10 @@ def test_bisect_names_the_injected_bad_op_and_writes_a_failing_reproducer(tmp_pa
     assert repro.returncode == 1, repro.stdout + repro.stderr
     assert "WRONG" in repro.stdout
 
+    proc = run_cli("bisect", run_dir, "--cell", "elementwise_chain/perturb", "--timeout", "0.5", env=env)
+    assert proc.returncode == 1 and "bisect failed" in proc.stdout and "timeout" in proc.stdout  # its worker, not us
+    assert not (out / "bisect.json").exists()  # no stale finding left beside a failed bisect
+
     proc = run_cli("bisect", run_dir, "--cell", "elementwise_chain/nope", env=env)
     assert proc.returncode == 2 and "no cell 'elementwise_chain/nope'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -129,7 +129,10 @@ def cell_spec(run_dir: Path, cell_name: str) -> dict[str, Any]:
     if cell is None or backend == "eager":
         known = ", ".join(f"{c.label}/{c.backend}" for c in results.cells if c.backend != "eager")
         raise UsageError(f"no cell {cell_name!r} to bisect in {run_dir} (cells: {known or 'none'})")
-    config = RunConfig(**results.config)
+    try:
+        config = RunConfig(**results.config)
+    except TypeError as exc:
+        raise UsageError(f"{run_dir}: its config cannot be read by this dlcompare ({exc})") from None
     (workload,) = resolve_workloads([cell.workload], config.workload_files, "all")
     spec = CellSpecs(config).spec(workload, backend, batch=cell.batch, dtype=cell.dtype)
     return {**spec, "label": label, "numerics_ok": cell.numerics_ok, "env": CellSpecs(config).env()}
@@ -144,15 +147,21 @@ def run(args, console) -> int:
     spec = cell_spec(run_dir if run_dir.is_dir() else run_dir.parent, args.cell)
     out = (run_dir if run_dir.is_dir() else run_dir.parent) / "bisect" / f"{spec['label']}.{spec['backend']}"
     out.mkdir(parents=True, exist_ok=True)
+    env = spec.pop("env")  # the worker's environment, as the run's workers had it (not written to disk)
     spec.update(out_dir=str(out.resolve()), work_dir=tempfile.mkdtemp(prefix="dlcompare-bisect-"), factor=args.factor)
     (out / "spec.json").write_text(json.dumps(spec, indent=1))
     if spec["numerics_ok"]:
         console.print(f"{args.cell} agreed with eager in the run; bisecting on demand", highlight=False)
-    proc = subprocess.run([sys.executable, "-m", "compare.experiments.bisect", str(out / "spec.json")],
-                          env=spec["env"], timeout=args.timeout)
     found = out / "bisect.json"
-    if proc.returncode != 0 or not found.is_file():
-        console.print(f"[red]bisect failed[/red]: its worker exited with {proc.returncode} (see the lines above)")
+    found.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "compare.experiments.bisect", str(out / "spec.json")],
+                              env=env, timeout=args.timeout)
+        returncode = proc.returncode
+    except subprocess.TimeoutExpired:
+        returncode = f"a timeout after {args.timeout:g} s"
+    if returncode != 0 or not found.is_file():
+        console.print(f"[red]bisect failed[/red]: its worker ended with {returncode} (see the lines above)")
         return 1
     print_finding(json.loads(found.read_text()), out, console)
     return 0
