@@ -134,7 +134,7 @@ class OpenVinoBackend(Backend):
         folder, expected = artifacts.store_for(self, ctx)
         with artifacts.locked(folder) if warm else contextlib.nullcontext():
             stored = warm and artifacts.is_valid(folder, expected)
-            model = None if stored else self._convert(ov, module, example_inputs, ctx, static=True)
+            model = None if stored else self._convert(ov, module, example_inputs, ctx, dtype, static=True)
             if warm and not stored:
                 ov.save_model(model, str(folder / IR), compress_to_fp16=False)
                 artifacts.write_meta(folder, [IR, "model.bin"], expected)
@@ -159,18 +159,19 @@ class OpenVinoBackend(Backend):
 
         core = ov.Core()
         dtype, out_dtype = cell_precision(module, example_inputs)
-        model = self._convert(ov, module, example_inputs, ctx, static=False, dynamic_dims=dynamic_dims)
+        model = self._convert(ov, module, example_inputs, ctx, dtype, static=False,
+                             dynamic_dims=dynamic_dims)
         with ctx.phase("compile"):
             compiled = core.compile_model(model, "CPU", self.config(ctx, check_precision(core, dtype)))
         return DelegatingSession(self, OpenVinoCompiled(compiled, out_dtype))
 
     @staticmethod
-    def _convert(ov, module, example_inputs, ctx: CompileContext, static: bool, dynamic_dims=()):
+    def _convert(ov, module, example_inputs, ctx: CompileContext, dtype: str, static: bool, dynamic_dims=()):
         """convert_model on an fp32 copy (a reduced cell computes at the precision hint), its
         input shapes the cell's, with the dynamic experiment's dims left open."""
         import torch
 
-        fp32 = copy.deepcopy(module).float() if _reduced(module, example_inputs) else module
+        fp32 = copy.deepcopy(module).float() if dtype != "fp32" else module
         inputs = tuple(t.float() if t.is_floating_point() else t for t in example_inputs)
         with ctx.phase("convert"), torch.no_grad():
             model = ov.convert_model(fp32, example_input=inputs)
@@ -192,10 +193,6 @@ class OpenVinoBackend(Backend):
             with contextlib.suppress(Exception):  # a property this version does not have
                 observed[name] = str(compiled.get_property(name))
         return {"openvino_properties": observed}
-
-
-def _reduced(module, example_inputs) -> bool:
-    return cell_precision(module, example_inputs)[0] != "fp32"
 
 
 def cell_precision(module, example_inputs) -> tuple[str, Any]:
