@@ -78,6 +78,9 @@ class CompileContext:
     work_dir: Path  # scratch space for this cell, deleted afterwards
     cache: str = "cold"  # "cold": build from nothing; "warm": use persistent artifacts
     cache_root: Path | None = None  # persistent store (tuning_logs/), keyed by the adapter
+    # Where warm artifacts live when not under cache_root: the store that the first process
+    # of a cold cell fills for the cell's later processes (tuning logs stay in cache_root).
+    store_root: Path | None = None
     options: Any = field(default_factory=BackendOptions)  # the backend's own options_type
     seed: int = 0  # the run's seed (a tuner's search)
     dynamic_max: int | None = None  # the dynamic-shape experiment: the largest size it will call
@@ -88,8 +91,9 @@ class CompileContext:
     on_phase: Any = None  # callback(name) so the parent can show progress
 
     def persistent_dir(self, backend: str, target: str) -> Path:
-        """``<cache_root>/<backend>/<target key>/<workload key>/`` (created)."""
-        root = self.cache_root if self.cache_root is not None else self.work_dir / "store"
+        """``<store root>/<backend>/<target key>/<workload key>/`` (created); the store root is
+        ``store_root``, else ``cache_root``."""
+        root = self.store_root or self.cache_root or self.work_dir / "store"
         path = Path(root) / backend / target / self.workload_key
         path.mkdir(parents=True, exist_ok=True)
         return path

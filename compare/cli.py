@@ -20,7 +20,7 @@ EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
 SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise",
-               "explain", "bisect")
+               "explain", "bisect", "stability", "system")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,8 +74,23 @@ def _dtype_list(value: str) -> list[str]:
     return dtypes
 
 
+def _cpu_list(value: str) -> list[int]:
+    """``0,1`` or ``0-3`` or ``0-1,4``, as taskset and pyperf's --affinity take them."""
+    cpus: list[int] = []
+    for part in _csv(value):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a CPU list such as 0,1 or 0-3") from None
+        if first < 0 or last < first:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a CPU range")
+        cpus += range(first, last + 1)
+    return sorted(set(cpus))
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int,
-                       processes: int = 1) -> None:
+                       processes: int = 3) -> None:
     _add_selection(parser, default_backends)
     _add_execution(parser)
     _add_backend_options(parser)
@@ -110,8 +125,11 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
     from compare.harness.runner import RunConfig
 
     parser.add_argument(
-        "--threads", type=_positive_int, default=None, help="threads for every backend (default: all cores)"
+        "--threads", type=_positive_int, default=None,
+        help="threads for every backend (default: all cores, or the --affinity CPUs)"
     )
+    parser.add_argument("--affinity", type=_cpu_list, default=None, metavar="CPUS",
+                        help="pin every worker to these CPUs (0,1 or 0-3), as pyperf's --affinity and numactl do")
     parser.add_argument("--timeout", type=_positive_float, default=RunConfig.timeout_s,
                         help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g})")
     parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
@@ -137,7 +155,11 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
                         help="time the cells of a workload in turns, so that they and the eager-only reference "
                              "sample the same stretch of time (default on; local executor)")
     parser.add_argument("--processes", type=_positive_int, default=processes, metavar="K",
-                        help=f"fresh worker processes per cell, samples pooled across them (default {processes})")
+                        help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first "
+                             f"compiles and the others load its artifact (default {processes})")
+    parser.add_argument("--noise-probe", type=float, default=3.0, metavar="S",
+                        help="seconds of the machine probe (compute loop, memory copy) before and after the cells, "
+                             "shown in the header (default 3; 0: none)")
     parser.add_argument("--reference-processes", type=_positive_int, default=RunConfig.reference_processes,
                         metavar="K",
                         help="at least K processes for the eager-only reference, pooled, so that one process's "
@@ -268,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     tuning_logs.add_parser(sub)
 
+    stab = sub.add_parser("stability", help="how well two runs of the same plan agree: does each speedup lie "
+                          "inside the other run's 95%% interval")
+    stab.add_argument("base")
+    stab.add_argument("new")
+    stab.add_argument("--output", default=None, metavar="PATH", help="also write the table as markdown here")
+
+    sub.add_parser("system", help="what on this machine raises timing noise, as pyperf system show reports it")
+
     noi = sub.add_parser("noise", help="benchmark: how much this machine's speed changes from second to second")
     noi.add_argument("--seconds", type=_positive_float, default=20.0)
 
@@ -312,6 +342,8 @@ COMMANDS = {
     "diff": module_command("report.diff"),
     "reference": module_command("report.reference"),
     "explain": module_command("report.explain"),
+    "stability": module_command("report.stability"),
+    "system": module_command("experiments.system"),
     "bisect": module_command("experiments.bisect"),
     "history": cmd_history,
     "tuning-logs": module_command("tuning_logs"),

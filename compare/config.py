@@ -60,12 +60,13 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     workloads = _checked_workloads(args)
     _check_options(args)
     allocator, malloc_env = _allocator(args)
+    affinity = _checked_affinity(args.affinity)
     return RunConfig(
         backends=backends,
         workloads=[w.name for w in workloads],
         size=args.size,
         device=args.device,
-        threads=args.threads or available_cores(),
+        threads=args.threads or (len(affinity) if affinity else available_cores()),
         timeout_s=args.timeout,
         memory_limit_mb=args.memory_limit,
         cache=args.cache,
@@ -92,7 +93,23 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         thread_spin=args.thread_spin,
         interleave=args.interleave == "on" and args.executor == "local",
         explain=getattr(args, "explain", False),
+        noise_probe_s=args.noise_probe,
+        affinity=affinity,
     )
+
+
+def _checked_affinity(cpus: list[int] | None) -> list[int] | None:
+    """--affinity: CPUs this process may run on, or a usage error naming those it may."""
+    import os
+
+    if not cpus:
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    outside = [c for c in cpus if c not in allowed]
+    if outside:
+        raise UsageError(f"--affinity: CPU(s) {', '.join(map(str, outside))} not available here "
+                         f"(this process may use {', '.join(map(str, allowed))})")
+    return cpus
 
 
 def _checked_backends(names: list[str]) -> list[str]:
@@ -123,6 +140,8 @@ def _checked_workloads(args: argparse.Namespace) -> list:
 
 
 def _check_options(args: argparse.Namespace) -> None:
+    if args.noise_probe < 0 or args.noise_probe > 60:
+        raise UsageError(f"--noise-probe {args.noise_probe:g}: give 0 to 60 seconds")
     if args.cuda_arch and not re.fullmatch(r"sm_\d{2,3}a?", args.cuda_arch):
         raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:

@@ -12,6 +12,20 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # Timing flags for tests that check behaviour, not speed: a short budget, few samples.
 FAST = ["--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "1"]
+# A run in a test has one process per cell and no noise probe unless the test asks for
+# them (the default is 3 processes and a probe of 3 s before and after the cells).
+TEST_RUN_DEFAULTS = {"--processes": "1", "--noise-probe": "0"}
+OTHER_SUBCOMMANDS = ("paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise",
+                     "explain", "bisect", "stability", "system")
+
+
+def with_test_defaults(args) -> list[str]:
+    """``args`` of a ``python -m compare`` call, with the test defaults for a plain run."""
+    args = [str(a) for a in args]
+    if args and args[0] in OTHER_SUBCOMMANDS:
+        return args
+    given = {a.split("=", 1)[0] for a in args}
+    return args + [x for flag, value in TEST_RUN_DEFAULTS.items() if flag not in given for x in (flag, value)]
 
 
 def run_cli(*args, cwd=None, timeout=900, env=None):
@@ -19,7 +33,7 @@ def run_cli(*args, cwd=None, timeout=900, env=None):
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "compare", *map(str, args)],
+        [sys.executable, "-m", "compare", *with_test_defaults(args)],
         cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout, env=full_env,
     )
 

@@ -6,7 +6,7 @@ from compare.harness import allocators
 from conftest import FIXTURES, load_results, run_cli
 
 COMMON = ["--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads.py", "--workloads", "fine",
-          "--size", "small", "--time-budget", "0.2", "--min-samples", "3"]
+          "--size", "small", "--time-budget", "0.2", "--min-samples", "3", "--processes", "1", "--noise-probe", "0"]
 
 
 @pytest.mark.unit

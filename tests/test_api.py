@@ -7,7 +7,7 @@ from conftest import FAST
 
 
 def test_run_load_and_a_frame_per_cell(tmp_path):
-    flags = dict(zip((f.lstrip("-").replace("-", "_") for f in FAST[::2]), FAST[1::2]))
+    flags = dict(zip((f.lstrip("-").replace("-", "_") for f in FAST[::2]), FAST[1::2]), processes=1, noise_probe=0)
     results = compare.run(backends=["eager"], workloads=["mlp", "conv"], size="small", output_dir=tmp_path / "run",
                           **flags)
     assert [(c.workload, c.backend, c.status) for c in results.cells] == [("mlp", "eager", "ok"), ("conv", "eager", "ok")]

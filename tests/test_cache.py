@@ -94,3 +94,27 @@ def test_frozen_graphs_are_reported_as_bypassed():
     counters = {"inductor": Counter(fxgraph_cache_hit=1), "aot_autograd": Counter()}
     assert cache_result(cache_evidence(counters)) == "hit"
     assert cache_result(cache_evidence({"inductor": Counter(), "aot_autograd": Counter()})) == "miss"
+
+
+# What each backend builds, zero in a process that loaded the first process's artifact.
+BUILD_PHASES = {"ort": ("export",), "iree": ("export", "compile"), "aot-inductor": ("export", "compile"),
+                "openvino": ("convert",)}
+
+
+def test_later_processes_of_a_cold_cell_load_the_first_ones_artifact(tmp_path):
+    """--processes 2 in a cold run: the first process compiles from nothing into a store made
+    for the cell, the second loads it through the backend's own warm path and only times."""
+    proc = run_cli("--backends", "ort,iree,openvino,aot-inductor,inductor", *COMMON, "--processes", "2",
+                   "--output-dir", tmp_path, "--no-history")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for backend, cell in _cells(tmp_path).items():
+        if backend == "eager":
+            continue
+        first, warm = cell["processes"]
+        assert cell["cache"] == first["cache"] == "cold", backend
+        assert warm["cache"] == "hit" and cell["warm_cache"] == "hit", (backend, warm)
+        for phase in BUILD_PHASES.get(backend, ()):
+            assert warm["compile_phases"][phase] == 0.0 < first["compile_phases"][phase], (backend, phase)
+        assert cell["warm_start_s"] == warm["compile_s"] < first["compile_s"], backend
+        assert cell["numerics_ok"] is True and len(cell["process_samples"]) == 2
+    assert not list(tmp_path.glob("**/artifact.json"))  # the cell's store is gone with the run

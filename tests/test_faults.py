@@ -21,14 +21,14 @@ from adapters import artifacts
 from adapters.tuning_store import RECORD_FILE, TuningLogStore
 from compare.cli import main as cli_main
 from compare.results.schema import ResultsError, RunResults
-from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
+from conftest import FAST, FIXTURES, ROOT, load_results, run_cli, with_test_defaults
 from workloads import TensorSpec, Workload, WorkloadError
 
 FAULTY = FIXTURES / "faulty_workloads.py"
 
 
 def _start(*args, cwd=ROOT):
-    return subprocess.Popen([sys.executable, "-m", "compare", *map(str, args)], cwd=cwd,
+    return subprocess.Popen([sys.executable, "-m", "compare", *with_test_defaults(args)], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

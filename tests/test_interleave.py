@@ -98,3 +98,37 @@ def test_a_cell_whose_first_process_fails_before_timing_starts_no_more_processes
     assert started == [workers[0], workers[3]]  # a hung first process is not repeated twice more
     assert results[1] is None and results[2] is None
     assert results[3]["finished"] and results[3]["rounds"] >= 10
+
+
+class WarmFakeWorker(FakeWorker):
+    """A worker of a warm round: it imports, says so, and compiles only when told."""
+
+    def __init__(self, name, rounds_needed, log, dies_importing=False):
+        super().__init__(name, rounds_needed, log)
+        self.events = [] if dies_importing else [{"imported": True}]
+        self.compiled = False
+
+    def send(self, command):
+        if command.get("compile"):
+            self.log.append(f"compile {self.name}")
+            self.compiled = True
+            self.events.append({"ready": {"round_s": self.round_s}})
+            return True
+        return super().send(command)
+
+
+def test_a_warm_round_imports_at_once_and_compiles_one_at_a_time():
+    log, started = [], []
+    workers = [WarmFakeWorker("eager", 20, log), WarmFakeWorker("ort", 20, log, dies_importing=True),
+               WarmFakeWorker("iree", 20, log)]
+
+    def starter(worker):
+        def start():
+            started.append(worker.name)
+            return worker
+        return start
+    results = run_interleaved([starter(w) for w in workers], [w.name for w in workers], "eager", 10.0, 300,
+                              concurrent_imports=True)
+    assert started == ["eager", "ort", "iree"]  # every worker started before any compiled
+    assert log[:2] == ["compile eager", "compile iree"]  # in turn; the one that died importing never compiles
+    assert results[0]["finished"] and results[2]["finished"] and not workers[1].compiled

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
+from conftest import FAST, FIXTURES, ROOT, load_results, run_cli, with_test_defaults
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
 
@@ -75,7 +75,7 @@ def test_a_node_lost_mid_run_costs_its_cells_which_resume_completes(tmp_path, mo
             "--executor", "ray", "--ray-address", cluster.address]
     out = tmp_path / "run"
     try:
-        run = subprocess.Popen([sys.executable, "-m", "compare", *map(str, args), "--output-dir", str(out)],
+        run = subprocess.Popen([sys.executable, "-m", "compare", *with_test_defaults([*args, "--output-dir", out])],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
         while len(list(watched.glob("dlcompare-ray-*"))) < 2:  # a cell running on each node

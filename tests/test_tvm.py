@@ -23,7 +23,7 @@ def tuned(tmp_path_factory):
     logs = base / "logs"
     # 16 trials in rounds of 8, and a time budget that runs out in the first round
     first = run_cli("--backends", "tvm-untuned,tvm", *COMMON, "--tvm-trials", "16", "--tvm-tune-minutes", "0.01",
-                    "--tuning-logs", logs, "--output-dir", base / "r1")
+                    "--tuning-logs", logs, "--output-dir", base / "r1", "--processes", "2")
     assert first.returncode == 0, first.stdout + first.stderr
     second = run_cli("--backends", "tvm", *COMMON, "--tuning-logs", logs, "--output-dir", base / "r2")
     assert second.returncode == 0, second.stdout + second.stderr
@@ -51,6 +51,16 @@ def test_first_run_tunes_and_writes_keyed_logs(tuned):
     untuned = next(c for c in load_results(base / "r1")["cells"] if c["backend"] == "tvm-untuned")
     assert untuned["status"] == "ok" and untuned["numerics_ok"] is True
     assert "tune" not in untuned["compile_phases"]
+
+
+def test_the_second_process_reuses_the_first_ones_log(tuned):
+    """TVM's warm path is its tuning log: the second process of a cold cell searches nothing."""
+    base, _ = tuned
+    first, warm = _tvm_cell(base / "r1")["processes"]
+    assert first["cache"] == "cold" and first["compile_phases"]["tune"] > 1.0
+    assert warm["cache"] == "hit" and warm["compile_phases"]["tune"] < 0.5
+    untuned = next(c for c in load_results(base / "r1")["cells"] if c["backend"] == "tvm-untuned")
+    assert untuned["warm_cache"] == "miss"  # nothing stored: it builds again, and says so
 
 
 def test_time_budget_stops_tuning_and_is_reported(tuned):

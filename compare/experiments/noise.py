@@ -57,3 +57,65 @@ def main(seconds: float) -> int:
     print(f"per-second medians: fastest {result['fastest_second']:+.1%}, slowest {result['slowest_second']:+.1%}")
     print("per second: " + " ".join(f"{x:+.0%}" for x in result["per_second"]))
     return 0
+
+
+# ----------------------------------------------------------------------------- the run's probe
+COPY_BYTES = 64 * 2**20  # beyond the caches: the copy measures memory bandwidth
+
+
+def _correlation_s(values: list[float], lag_s: float) -> tuple[float, bool]:
+    """Seconds until the series' autocorrelation first falls below 1/e (at least one lag),
+    and whether it never did within half the series (then the figure is a lower bound)."""
+    x = np.asarray(values, dtype=float)
+    x = x - x.mean()
+    denominator = float((x * x).sum())
+    if len(x) < 4 or denominator <= 0:
+        return lag_s, False
+    for k in range(1, len(x) // 2 + 1):
+        if float((x[:-k] * x[k:]).sum()) / denominator < 1 / np.e:
+            return k * lag_s, False
+    return (len(x) // 2) * lag_s, True
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=float)
+    med = float(np.median(arr))
+    p5, p95 = np.percentile(arr, [5, 95])
+    return {"median": med, "p5": float(p5 / med - 1), "p95": float(p95 / med - 1)}
+
+
+def machine_probe(seconds: float) -> dict[str, object]:
+    """The machine's noise as the run's header shows it: windows of ``WINDOW_S`` taking
+    turns between a fixed compute loop (ns per element, single-threaded, cache-resident)
+    and a memory copy (GB/s, read + write, beyond the caches), for ``seconds`` in all."""
+    a = np.linspace(0.0, 1.0, 4096, dtype=np.float32)
+    b = np.zeros_like(a)
+    src, dst = np.ones(COPY_BYTES // 8), np.empty(COPY_BYTES // 8)
+    compute, copy = [], []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds or len(copy) < 4:
+        start, reps = time.perf_counter(), 0
+        while time.perf_counter() - start < WINDOW_S:
+            np.multiply(b, 0.999, out=b)
+            np.add(b, a, out=b)
+            reps += 1
+        compute.append((time.perf_counter() - start) / (reps * a.size) * 1e9)
+        start, reps = time.perf_counter(), 0
+        while time.perf_counter() - start < WINDOW_S:
+            np.copyto(dst, src)
+            reps += 1
+        copy.append(2 * COPY_BYTES * reps / (time.perf_counter() - start) / 1e9)
+    corr = [_correlation_s(series, 2 * WINDOW_S) for series in (compute, copy)]
+    return {"seconds": time.perf_counter() - t0, "window_s": WINDOW_S, "windows": len(compute) + len(copy),
+            "compute_ns_per_element": _spread(compute), "copy_gb_s": _spread(copy),
+            "correlation_s": max(c for c, _ in corr), "correlation_is_lower_bound": any(bound for _, bound in corr)}
+
+
+if __name__ == "__main__":  # the runner's probe: python -m compare.experiments.noise SECONDS [CPU,CPU...]
+    import json
+    import os
+    import sys
+
+    if len(sys.argv) > 2:
+        os.sched_setaffinity(0, [int(c) for c in sys.argv[2].split(",")])
+    print(json.dumps(machine_probe(float(sys.argv[1]))))

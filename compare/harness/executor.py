@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from compare.harness.cells import CellSpecs, cell_from_worker
 from compare.harness.interleave import run_interleaved
-from compare.harness.pooling import pool_processes, run_processes
+from compare.harness.pooling import ProcessPlan, cell_store, pool_processes, process_timing, run_processes
 from compare.harness.process import WorkerProcess, execute_worker, kill_group
 from compare.results.schema import Cell, variant_label
 
@@ -98,18 +98,23 @@ class LocalExecutor(Executor):
 
     def _interleave(self, group: CellGroup, specs: dict, runs: dict) -> None:
         rounds = max(1, self.config.processes)
+        max_rounds = int(process_timing(self.config.timing, rounds).get("max_samples", 300))
         announced: set[str] = set()
-        for index in range(rounds):
-            going = [b for b in group.backends if b in specs and all(r.get("status") == "ok" for r in runs[b])]
-            if not going:
-                break
-            members = [b for b in going for _ in range(self._processes_per_round(b, group.backends, rounds))]
-            starts = [self._starter(specs[b], group, b, index, announced) for b in members]
-            ended = run_interleaved(starts, members, "eager", self.config.timeout_s,
-                                    int(self.config.timing.get("max_samples", 300)), on_worker=self._set_worker)
-            for b, result in zip(members, ended):
-                if result is not None:
-                    runs[b].append(result)
+        with cell_store(self.config.cache, rounds) as store:
+            plan = ProcessPlan(rounds, store)
+            for index in range(rounds):
+                going = [b for b in group.backends if b in specs and all(r.get("status") == "ok" for r in runs[b])]
+                if not going:
+                    break
+                members = [b for b in going for _ in range(self._processes_per_round(b, group.backends, rounds))]
+                # After the first round, every worker imports at once and compiles in turn.
+                starts = [self._starter(dict(plan.spec(specs[b], index), await_compile=index > 0), group, b, index,
+                                        announced) for b in members]
+                ended = run_interleaved(starts, members, "eager", self.config.timeout_s, max_rounds,
+                                        on_worker=self._set_worker, concurrent_imports=index > 0)
+                for b, result in zip(members, ended):
+                    if result is not None:
+                        runs[b].append(result)
 
     def _processes_per_round(self, backend: str, backends, rounds: int) -> int:
         # The reference runs in several processes even when the cells run in one: each
@@ -128,7 +133,7 @@ class LocalExecutor(Executor):
             if backend not in announced:
                 announced.add(backend)
                 self.hooks.announce(variant_label(workload.name, group.batch, group.dtype), backend)
-            return WorkerProcess(dict(spec, process_index=index), log, self.specs.env(), on_phase=on_phase,
+            return WorkerProcess(spec, log, self.specs.env(), on_phase=on_phase,
                                  keep_work_dir=self.config.keep_work_dirs)
         return start
 

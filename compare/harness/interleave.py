@@ -43,14 +43,19 @@ class Member:
     ended: bool = False  # no longer takes turns (done, full, or died)
 
 
-def wait_ready(worker: WorkerProcess, timeout_s: float) -> dict[str, Any] | None:
-    """Wait until the worker is ready to time; None if it ended (or hung) before."""
+def wait_for(worker: WorkerProcess, key: str, timeout_s: float) -> Any:
+    """Wait for the worker's next ``key`` event (``ready``, ``imported``); None if it ended (or hung) before."""
     while True:
         event = worker.next_event(timeout_s)
         if event is None:
             return None
-        if "ready" in event:
-            return event["ready"]
+        if key in event:
+            return event[key]
+
+
+def wait_ready(worker: WorkerProcess, timeout_s: float) -> dict[str, Any] | None:
+    """Wait until the worker is ready to time; None if it ended (or hung) before."""
+    return wait_for(worker, "ready", timeout_s)
 
 
 def take_turn(member: Member, timeout_s: float) -> None:
@@ -80,31 +85,53 @@ def still_turns(member: Member, members: list[Member], max_rounds: int) -> bool:
     return not member.done and member.rounds < max_rounds
 
 
+def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str, timeout_s: float,
+                  on_worker: Callable[[WorkerProcess | None], None] | None, concurrent_imports: bool):
+    """Start the workers and wait until each is ready to time. One after another, each
+    importing and compiling while the others wait (a cell whose worker failed starts no
+    more); or, with ``concurrent_imports`` (the warm rounds, whose workers wait for a
+    compile command after their imports), all importing at once, then, once every one has
+    imported, compiling one at a time, so that each warm start is timed on a quiet machine."""
+    workers: list[WorkerProcess | None] = [None] * len(starts)
+    imported: list[bool] = []
+    if concurrent_imports:
+        workers = [start() for start in starts]
+        for worker in workers:
+            if on_worker:
+                on_worker(worker)
+        imported = [wait_for(worker, "imported", timeout_s) is not None for worker in workers]
+    members: list[Member] = []
+    failed: set[str] = set()
+    for index, start in enumerate(starts):
+        worker = workers[index]
+        if concurrent_imports:
+            if not (imported[index] and worker.send(protocol.compile_command())):
+                continue  # it died importing: collect() says how
+        elif cells[index] in failed:
+            continue
+        else:
+            worker = workers[index] = start()
+            if on_worker:
+                on_worker(worker)
+        ready = wait_ready(worker, timeout_s)
+        if ready is None:
+            failed.add(cells[index])
+        else:
+            members.append(Member(index, worker, ready["round_s"], cells[index] == reference))
+    return members, workers
+
+
 def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str,
                     timeout_s: float, max_rounds: int,
-                    on_worker: Callable[[WorkerProcess | None], None] | None = None) -> list[dict[str, Any] | None]:
+                    on_worker: Callable[[WorkerProcess | None], None] | None = None,
+                    concurrent_imports: bool = False) -> list[dict[str, Any] | None]:
     """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
     each, as a cell may run in several processes; ``reference`` names the eager-only cell)
     with interleaved timing. Returns each worker's fields in order, or None for a worker
     not started because an earlier process of its cell failed before timing (a cell that
     hangs must not cost its timeout K times). ``on_worker`` hears of each worker started
     (and None at the end), so that an interrupt can kill them."""
-    members: list[Member] = []
-    workers: list[WorkerProcess | None] = []
-    failed: set[str] = set()
-    for index, start in enumerate(starts):
-        if cells[index] in failed:
-            workers.append(None)
-            continue
-        worker = start()
-        workers.append(worker)
-        if on_worker:
-            on_worker(worker)
-        ready = wait_ready(worker, timeout_s)
-        if ready is None:
-            failed.add(cells[index])
-        else:
-            members.append(Member(index, worker, ready["round_s"], cells[index] == reference))
+    members, workers = start_members(starts, cells, reference, timeout_s, on_worker, concurrent_imports)
     turn = 0
     while True:
         active = [m for m in members if still_turns(m, members, max_rounds)]

@@ -9,10 +9,60 @@ resample within processes.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+import math
+import shutil
+import statistics
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterator
 
+from compare.measure.timing import TimingConfig
 from compare.results.schema import LatencyStats
+
+
+def process_timing(timing: dict[str, Any], count: int) -> dict[str, Any]:
+    """One process's share of a cell's timing: the budget and the sample cap split over
+    ``count`` processes, and the precision target widened by sqrt(count), so that K
+    processes sample about as long as one did and their pooled median is as precise."""
+    if count <= 1:
+        return dict(timing)
+    cfg = TimingConfig(**timing)
+    return dict(timing, budget_s=cfg.budget_s / count, max_samples=max(cfg.min_samples, -(-cfg.max_samples // count)),
+                target_rel_se=cfg.target_rel_se * math.sqrt(count))
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """How the K processes of one cell share its work. In a cold run the first compiles
+    from nothing into a store made for the cell, and the others load what it stored
+    through the backend's own warm path (a vmfb, a .pt2, an ORT model, OpenVINO's cache,
+    TVM's log, Inductor's caches): K processes cost one compile and K-1 warm starts."""
+    count: int
+    store_root: str | None = None  # None: a warm run (the persistent store) or one process
+
+    def spec(self, spec: dict[str, Any], index: int) -> dict[str, Any]:
+        out = dict(spec, process_index=index, timing=process_timing(spec.get("timing", {}), self.count))
+        if index > 0:  # the cell keeps the first process's profile and counted work
+            out.update(explain=False, count_work=False)
+        if self.store_root is not None:
+            out.update(cache="warm", store_root=self.store_root, fresh_store=index == 0)
+        return out
+
+
+@contextlib.contextmanager
+def cell_store(cache: str, count: int) -> Iterator[str | None]:
+    """A fresh, empty store for the processes of one cell (or group) of a cold run,
+    removed when they are done; None when there is nothing to share."""
+    if cache != "cold" or count <= 1:
+        yield None
+        return
+    root = tempfile.mkdtemp(prefix="dlcompare-store-")
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _median(stats: dict[str, Any] | None) -> float | None:
@@ -22,8 +72,20 @@ def _median(stats: dict[str, Any] | None) -> float | None:
 def process_summary(run: dict[str, Any]) -> dict[str, Any]:
     latency = run.get("latency") or {}
     return {"latency_median_ms": _median(latency), "eager_median_ms": _median(run.get("eager_latency")),
-            "pairs": latency.get("n"), "compile_s": run.get("compile_s"), "wall_s": run.get("wall_s"),
+            "pairs": latency.get("n"), "round_s": run.get("round_s"), "compile_s": run.get("compile_s"),
+            "cache": run.get("cache"), "compile_phases": run.get("compile_phases"), "wall_s": run.get("wall_s"),
             "numerics_ok": run.get("numerics_ok")}
+
+
+def warm_start(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The warm-start figure from the processes after a cold first one: the median of
+    their compile seconds (load to first result), and what their caches said."""
+    warm = runs[1:]
+    if not warm or runs[0].get("cache") != "cold":
+        return {}
+    verdicts = sorted({str(run.get("cache")) for run in warm})
+    return {"warm_start_s": statistics.median(run.get("compile_s") or 0.0 for run in warm),
+            "warm_cache": ", ".join(verdicts)}
 
 
 def _pooled(runs: list[dict[str, Any]], field: str) -> dict[str, Any]:
@@ -55,15 +117,18 @@ def pool_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not first["numerics_ok"] and first.get("numerics_error") is None:
         first["numerics_error"] = next(run.get("numerics_error") for run in runs if not run.get("numerics_ok"))
     first["wall_s"] = sum(run.get("wall_s") or 0.0 for run in runs)
+    first.update(warm_start(runs))
     return first
 
 
 def run_processes(spec: dict[str, Any], count: int, run_one) -> dict[str, Any]:
     """A cell measured in ``count`` fresh workers one after another, pooled; the first
     worker that does not end ok stops it. ``run_one(spec, index)`` runs one worker."""
-    runs = []
-    for index in range(count):
-        runs.append(run_one(dict(spec, process_index=index), index))
-        if runs[-1].get("status") != "ok":
-            break
+    runs: list[dict[str, Any]] = []
+    with cell_store(spec.get("cache", "cold"), count) as store:
+        plan = ProcessPlan(count, store)
+        for index in range(count):
+            runs.append(run_one(plan.spec(spec, index), index))
+            if runs[-1].get("status") != "ok":
+                break
     return pool_processes(runs)

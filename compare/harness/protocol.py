@@ -6,9 +6,10 @@ lines on stdin when its cells are interleaved, and writes its result (the fields
 ``compare.results.schema.Cell``) to RESULT. Both sides import this module and nothing else of
 each other, so the parent never loads torch or a compiler to speak with a worker.
 
-Events (worker -> parent): ``{"phase": name}``, ``{"ready": {"round_s": s}}`` once it can
-time, ``{"slice": {"rounds": n, "done": bool, "round_s": s}}`` after each slice.
-Commands (parent -> worker): ``{"rounds": n}``, ``{"finish": true}``.
+Events (worker -> parent): ``{"phase": name}``, ``{"imported": true}`` when its imports are
+done and it waits to compile (``spec["await_compile"]``), ``{"ready": {"round_s": s}}`` once it
+can time, ``{"slice": {"rounds": n, "done": bool, "round_s": s}}`` after each slice.
+Commands (parent -> worker): ``{"compile": true}``, ``{"rounds": n}``, ``{"finish": true}``.
 """
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def decode_event(line: str) -> dict[str, Any] | None:
 
 def rounds_command(rounds: int) -> dict[str, Any]:
     return {"rounds": int(rounds)}
+
+
+def compile_command() -> dict[str, Any]:
+    return {"compile": True}
 
 
 def finish_command() -> dict[str, Any]:

@@ -15,11 +15,11 @@ CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size
            "--batch": "batches", "--dtype": "dtypes", "--suite": "suite",
            "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
            "--processes": "processes", "--thread-spin": "thread_spin",
-           "--reference-processes": "reference_processes"}
+           "--reference-processes": "reference_processes", "--affinity": "affinity"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
 OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
                "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",
-               "--interleave": "interleave"}
+               "--interleave": "interleave", "--noise-probe": "noise_probe_s"}
 
 
 class ResumeRefused(ValueError):

@@ -49,7 +49,10 @@ class RunConfig:
     options: dict[str, Any] = field(default_factory=dict)
     keep_work_dirs: bool = False
     numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
-    processes: int = 1  # fresh worker processes per cell, their samples pooled (pyperf's repeats)
+    # Fresh worker processes per cell, their samples pooled (pyperf's repeats): one process's
+    # state biases every sample it takes. In a cold run the first compiles and the others
+    # load its artifact (compare.harness.pooling.ProcessPlan).
+    processes: int = 3
     reference_processes: int = 3  # at least this many for the eager-only reference: its own offset averages out
     batches: list[int] = field(default_factory=list)  # --batch sweep; empty: each workload's own batch
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])  # --dtype sweep
@@ -74,6 +77,10 @@ class RunConfig:
     # After timing, each worker profiles its model with the backend's own instrument
     # (--explain): kernels, their times and categories (compare explain).
     explain: bool = False
+    # Seconds of the machine probe (a compute loop and a memory copy) before and after the
+    # cells, shown in the header; 0: none.
+    noise_probe_s: float = 3.0
+    affinity: list[int] | None = None  # --affinity: the CPUs every worker is pinned to
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -146,6 +153,7 @@ class Runner:
     def run(self, results: RunResults | None = None) -> RunResults:
         results = results or self.new_results()
         (self.output_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.probe_noise(results, "before")
         if self.config.roofline:
             self.measure_ceilings(results)
         full_plan = self.plan()
@@ -160,6 +168,7 @@ class Runner:
             self._kill_current()
             self._finish(results, "interrupted")
             raise RunInterrupted() from None
+        self.probe_noise(results, "after")
         self._finish(results, "complete")
         return results
 
@@ -244,6 +253,24 @@ class Runner:
             results.experiments["roofline_ceilings"] = json.loads(proc.stdout.strip().splitlines()[-1])
         else:
             results.experiments["roofline_ceilings_error"] = last_line(proc.stderr)
+        self.save(results)
+
+    def probe_noise(self, results: RunResults, when: str) -> None:
+        """The machine's noise (``compare.experiments.noise.machine_probe``) in a fresh
+        process, before or after the cells; a probe that fails is recorded as such."""
+        seconds = self.config.noise_probe_s
+        probes = results.experiments.setdefault("noise_probe", {})
+        if not seconds or when in probes:
+            return
+        argv = [sys.executable, "-m", "compare.experiments.noise", str(seconds)]
+        if self.config.affinity:
+            argv.append(",".join(map(str, self.config.affinity)))
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, env=worker_env(self.config), timeout=60 + 2 * seconds)
+            probes[when] = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
+                            else {"error": last_line(proc.stderr)})
+        except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+            probes[when] = {"error": f"{type(exc).__name__}: {exc}"}
         self.save(results)
 
     def run_dynamic(self, results: RunResults, backends: list[str], distinct: int, calls: int,

@@ -44,6 +44,17 @@ def bootstrap_medians(a: Sequence[float], b: Sequence[float], resamples: int = 2
     return ra, rb
 
 
+def _paired(ref: Sequence[float], cand: Sequence[float], groups: Sequence[int] | None):
+    """Both sample lists as arrays, and the pair counts per process (checked)."""
+    ref_arr, cand_arr = np.asarray(ref, dtype=float), np.asarray(cand, dtype=float)
+    if len(ref_arr) != len(cand_arr):
+        raise ValueError(f"paired samples differ in length: {len(ref_arr)} and {len(cand_arr)}")
+    groups = [int(g) for g in groups] if groups else [len(ref_arr)]
+    if sum(groups) != len(ref_arr) or min(groups) < 1:
+        raise ValueError(f"process sample counts {groups} do not add up to {len(ref_arr)} pairs")
+    return ref_arr, cand_arr, groups
+
+
 def paired_bootstrap_medians(ref: Sequence[float], cand: Sequence[float], groups: Sequence[int] | None = None,
                              resamples: int = 2000, seed: int = 0):
     """Medians of bootstrap resamples of alternated pairs: sample i of ``ref`` and sample i
@@ -51,12 +62,7 @@ def paired_bootstrap_medians(ref: Sequence[float], cand: Sequence[float], groups
     during that round stays in the pair). ``groups`` are the pair counts of each worker
     process, in order; pairs are resampled within each process and pooled, so every
     process keeps its weight (pyperf's repeats across processes)."""
-    ref_arr, cand_arr = np.asarray(ref, dtype=float), np.asarray(cand, dtype=float)
-    if len(ref_arr) != len(cand_arr):
-        raise ValueError(f"paired samples differ in length: {len(ref_arr)} and {len(cand_arr)}")
-    groups = list(groups) if groups else [len(ref_arr)]
-    if sum(groups) != len(ref_arr):
-        raise ValueError(f"process sample counts {groups} do not add up to {len(ref_arr)} pairs")
+    ref_arr, cand_arr, groups = _paired(ref, cand, groups)
     rng = np.random.default_rng(seed)
     picks, offset = [], 0
     for count in groups:
@@ -66,28 +72,114 @@ def paired_bootstrap_medians(ref: Sequence[float], cand: Sequence[float], groups
     return np.median(ref_arr[index], axis=1), np.median(cand_arr[index], axis=1)
 
 
-def speedup_interval(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None) -> list[float]:
-    """Paired-bootstrap 95% interval of median(ref) / median(cand)."""
+# Student's t, 97.5th percentile, by degrees of freedom (numpy has no t quantiles).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+# The expanded tails never go below this: with 2,000 resamples the 0.5th percentile is the
+# tenth-lowest draw, a stable figure, where the very last draw is not.
+MIN_TAIL = 0.005
+
+
+def _t975(df: int) -> float:
+    known = [d for d in sorted(_T975) if d <= df]
+    return _T975[known[-1]] if df <= 30 else 1.96
+
+
+def expanded_tail(processes: int, tail: float = 0.025) -> float:
+    """The tail probability of an expanded percentile interval over ``processes`` (Hesterberg,
+    "What teachers should know about the bootstrap", 2015): a percentile interval is too
+    narrow for a small sample, so its quantiles move out until it is as wide as the t
+    interval, alpha'/2 = Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}). Here n counts processes,
+    the units that the next run draws afresh."""
+    if processes < 2:
+        return tail
+    z = math.sqrt(processes / (processes - 1)) * _t975(processes - 1)
+    return max(MIN_TAIL, 0.5 * math.erfc(z / math.sqrt(2)))
+
+
+def block_indices(rng, count: int, block: int, resamples: int) -> np.ndarray:
+    """Circular moving-block bootstrap of ``count`` consecutive rounds: each resample is
+    made of blocks of ``block`` consecutive rounds, so what drifted over a block stays in it."""
+    block = max(1, min(int(block), count))
+    starts = rng.integers(0, count, size=(resamples, -(-count // block)))
+    index = (starts[:, :, None] + np.arange(block)[None, None, :]) % count
+    return index.reshape(resamples, -1)[:, :count]
+
+
+def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], groups: Sequence[int] | None = None,
+                                  block: int = 1, resamples: int = 2000, seed: int = 0):
+    """Medians of ``ref`` and ``cand`` over hierarchical bootstrap resamples: the worker
+    processes are resampled (with replacement), then blocks of consecutive rounds within
+    each chosen process. Sample i of ``ref`` and of ``cand`` were taken in the same round,
+    so they are drawn together. ``groups`` are the pair counts of each process, in order.
+    One process's state (where its buffers landed) biases all its samples, so the
+    processes, not the samples, are the independent units."""
+    ref_arr, cand_arr, groups = _paired(ref, cand, groups)
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum([0] + groups[:-1])
+    within = [offset + block_indices(rng, count, block, resamples) for offset, count in zip(offsets, groups)]
+    if len(groups) == 1:
+        index = within[0]
+        return np.median(ref_arr[index], axis=1), np.median(cand_arr[index], axis=1)
+    chosen = rng.integers(0, len(groups), size=(resamples, len(groups)))
+    ra, rb = np.empty(resamples), np.empty(resamples)
+    for r in range(resamples):
+        index = np.concatenate([within[p][r] for p in chosen[r]])
+        ra[r], rb[r] = np.median(ref_arr[index]), np.median(cand_arr[index])
+    return ra, rb
+
+
+def _ratio_resamples(ref: LatencyStats, cand: LatencyStats, groups, block: int):
+    ra, rb = hierarchical_resample_medians(ref.samples, cand.samples, groups, block)
+    return ra, rb, expanded_tail(len(groups) if groups else 1)
+
+
+def speedup_interval(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None,
+                     block: int = 1) -> list[float]:
+    """95% interval of median(ref) / median(cand): hierarchical bootstrap (processes, then
+    blocks of ``block`` rounds), expanded for the number of processes."""
     if len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
         return [ref.median / cand.median] * 2
-    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, groups)
-    lo, hi = np.percentile(ra / rb, [2.5, 97.5])
+    ra, rb, tail = _ratio_resamples(ref, cand, groups, block)
+    lo, hi = np.percentile(ra / rb, [100 * tail, 100 * (1 - tail)])
     return [float(lo), float(hi)]
 
 
 def break_even_interval(paid_s: float | None, ref: LatencyStats, cand: LatencyStats,
-                        groups: Sequence[int] | None = None) -> list[float] | None:
-    """95% interval of the break-even call count from the same paired resamples as the
-    speedup. None ("never") when the speedup's interval reaches down to 1: then the
-    backend may not be faster at all, and no finite call count can be promised."""
+                        groups: Sequence[int] | None = None, block: int = 1) -> list[float] | None:
+    """95% interval of the break-even call count from the same resamples as the speedup.
+    None ("never") when the speedup's interval reaches down to 1: then the backend may not
+    be faster at all, and no finite call count can be promised."""
     if paid_s is None or len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
         return None
-    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, groups)
-    if np.percentile(ra / rb, 2.5) <= 1.0:
+    ra, rb, tail = _ratio_resamples(ref, cand, groups, block)
+    if np.percentile(ra / rb, 100 * tail) <= 1.0:
         return None
     calls = paid_s / ((ra - rb) / 1e3)
-    lo, hi = np.percentile(calls, [2.5, 97.5])
+    lo, hi = np.percentile(calls, [100 * tail, 100 * (1 - tail)])
     return [float(lo), float(hi)]
+
+
+def block_rounds(correlation_s: float | None, round_s: float | None) -> int:
+    """Rounds per bootstrap block: a block lasts at least the machine's correlation time
+    (``compare noise``'s probe), so that resampled blocks are nearly independent."""
+    if not correlation_s or not round_s or round_s <= 0:
+        return 1
+    return max(1, math.ceil(correlation_s / round_s))
+
+
+def process_speedups(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None) -> list[float]:
+    """Each process's own ratio of medians: the between-process spread shown beside the interval."""
+    groups = list(groups) if groups else [len(ref.samples)]
+    if sum(groups) != len(ref.samples) or len(ref.samples) != len(cand.samples):
+        return []
+    out, offset = [], 0
+    for count in groups:
+        a = np.median(ref.samples[offset:offset + count])
+        b = np.median(cand.samples[offset:offset + count])
+        out.append(float(a / b) if b > 0 else math.inf)
+        offset += count
+    return out
 
 
 def break_even_calls(compile_s: float | None, eager_ms: float | None, compiled_ms: float | None) -> float | None:

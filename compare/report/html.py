@@ -12,7 +12,16 @@ import pandas as pd
 
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
-from compare.report.text import SUMMARY_COLUMNS, conditions_line, environment_line, geomean_rows, problems, reference_line, summary_rows
+from compare.report.text import (
+    SUMMARY_COLUMNS,
+    conditions_line,
+    environment_line,
+    geomean_rows,
+    noise_line,
+    problems,
+    reference_line,
+    summary_rows,
+)
 from compare.results.schema import RunResults, atomic_write_text
 
 
@@ -314,7 +323,7 @@ def render_html(results: RunResults) -> str:
     plots = [(title, uri) for title, plot in PLOTS if (uri := plot(results))]
     return templates().get_template("report.html").render(
         run_id=results.run_id, state=results.state, check_script=_CHECK_SCRIPT,
-        environment_line=environment_line(results), conditions_line=conditions_line(results),
+        environment_line=environment_line(results), conditions_line=conditions_line(results), noise_line=noise_line(results),
         reference_line=reference_line(results) or "",
         summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,

@@ -35,6 +35,21 @@ def fmt_speedup(cell: Cell) -> str:
     return text + (" (noisy)" if cell.noisy else "")
 
 
+def fmt_process_spread(cell: Cell) -> str:
+    """Each process's own speedup, lowest to highest: the between-process spread."""
+    if not cell.speedup_processes:
+        return "-"
+    values = sorted(cell.speedup_processes)
+    return f"{values[0]:.2f}-{values[-1]:.2f}x ({len(values)})"
+
+
+def fmt_warm_start(cell: Cell) -> str:
+    if cell.warm_start_s is None:
+        return "-"
+    return fmt_seconds(cell.warm_start_s) + (f" ({cell.warm_cache})" if cell.warm_cache and cell.warm_cache != "hit"
+                                             else "")
+
+
 def fmt_err(value: float | None) -> str:
     if value is None:
         return "-"
@@ -99,9 +114,9 @@ def fmt_status(cell: Cell) -> str:
     return cell.status + (f" ({', '.join(notes)})" if notes else "")
 
 
-SUMMARY_COLUMNS = ["workload", "backend", "status", "compile s", "first result s", "latency ms (median ± IQR/2)",
-                   "in-cell eager ms (vs eager-only)", "speedup vs eager [95% CI]", "max abs err",
-                   "break-even calls [95% CI]"]
+SUMMARY_COLUMNS = ["workload", "backend", "status", "compile s", "warm start s", "first result s",
+                   "latency ms (median ± IQR/2)", "in-cell eager ms (vs eager-only)", "speedup vs eager [95% CI]",
+                   "per process", "max abs err", "break-even calls [95% CI]"]
 
 
 def summary_rows(results: RunResults) -> list[list[str]]:
@@ -112,10 +127,12 @@ def summary_rows(results: RunResults) -> list[list[str]]:
             cell.backend,
             fmt_status(cell),
             fmt_seconds(cell.compile_s) if cell.status == "ok" else "-",
+            fmt_warm_start(cell),
             fmt_seconds(cell.time_to_first_result_s) if cell.status == "ok" else "-",
             fmt_ms(cell.latency),
             fmt_reference(cell),
             fmt_speedup(cell),
+            fmt_process_spread(cell),
             fmt_numerics(cell),
             fmt_break_even(cell),
         ])
@@ -205,12 +222,43 @@ def conditions_line(results: RunResults) -> str:
     """The run conditions that move headline figures, stated next to them."""
     env, cfg = results.environment, results.config
     cache = cfg.get("cache", "cold")
-    return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend; "
+    processes = cfg.get("processes", 1)
+    warm = " (the first compiles, the others load its artifact)" if processes > 1 and cache == "cold" else ""
+    affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
+    return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
-            f"{cfg.get('processes', 1)} worker process(es) per cell"
+            f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}; "
             f"TVM budget {tvm_budget(cfg.get('options', {}))}")
+
+
+def _probe_text(probe: dict) -> str:
+    if "error" in probe:
+        return f"failed ({probe['error']})"
+    compute, copy = probe["compute_ns_per_element"], probe["copy_gb_s"]
+    return (f"compute loop {compute['median']:.3f} ns/element ({compute['p5'] * 100:+.0f}% to "
+            f"{compute['p95'] * 100:+.0f}%), memory copy {copy['median']:.1f} GB/s ({copy['p5'] * 100:+.0f}% to "
+            f"{copy['p95'] * 100:+.0f}%)")
+
+
+def noise_line(results: RunResults) -> str | None:
+    """The machine's noise from the probes before and after the cells (5th to 95th
+    percentile of 0.1 s windows around their median), its drift, and its correlation time."""
+    probes = results.experiments.get("noise_probe") or {}
+    before, after = probes.get("before"), probes.get("after")
+    if not isinstance(before, dict):
+        return None
+    text = f"Machine noise (0.1 s windows, 5th-95th percentile): before the cells {_probe_text(before)}"
+    if isinstance(after, dict):
+        text += f"; after {_probe_text(after)}"
+        if "error" not in before and "error" not in after:
+            drift = [after[k]["median"] / before[k]["median"] - 1 for k in ("compute_ns_per_element", "copy_gb_s")]
+            text += f"; change over the run: compute time {drift[0] * 100:+.1f}%, copy bandwidth {drift[1] * 100:+.1f}%"
+    if "correlation_s" in before:
+        bound = "at least " if before.get("correlation_is_lower_bound") else ""
+        text += f"; correlation time {bound}{before['correlation_s']:.1f} s (the bootstrap's block length)"
+    return text + "."
 
 
 def tvm_budget(options: dict) -> str:
@@ -238,11 +286,15 @@ def summary_markdown(results: RunResults) -> str:
         "",
         f"Conditions: {conditions_line(results)}",
         "",
+        *([noise_line(results), ""] if noise_line(results) else []),
         frame.to_markdown(index=False) if len(frame) else "(no cells)",
         "",
         "Latency: median per call with half the interquartile range; eager is timed alternately with each "
-        "backend in the same worker(s), and the speedup interval is a paired bootstrap 95% CI of the ratio of "
-        "medians (pairs resampled within each worker process). Break-even calls = (compile s + all tuning s "
+        "backend in the same worker(s), and the speedup interval is a hierarchical bootstrap 95% CI of the ratio "
+        "of medians (worker processes resampled, then blocks of alternated rounds within each; expanded for the "
+        "number of processes); 'per process' is the range of the processes' own speedups. (noisy): the "
+        "interval's half-width exceeds 5% of the speedup. Warm start s = load to first result in the processes "
+        "that reused the first one's artifact. Break-even calls = (compile s + all tuning s "
         "behind a tuned backend's log) / (eager latency - backend latency), 'never' when the speedup's interval "
         "reaches 1. First result s = importing torch and the backend + compile + first call.",
     ]
@@ -272,7 +324,8 @@ def write_tables(results: RunResults, out_dir: str | Path) -> None:
 def rich_table(results: RunResults):
     from rich.table import Table
 
-    table = Table(title=f"dlcompare {results.run_id}: {conditions_line(results)}", caption=environment_line(results))
+    caption = "\n".join(line for line in (environment_line(results), noise_line(results)) if line)
+    table = Table(title=f"dlcompare {results.run_id}: {conditions_line(results)}", caption=caption)
     for column in SUMMARY_COLUMNS:
         table.add_column(column, overflow="fold")
     styles = {"ok": "", "unavailable": "dim", "failed": "red", "timeout": "red", "out_of_memory": "red"}

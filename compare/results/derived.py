@@ -4,13 +4,25 @@ roofline placement. Filled in by the runner before every save, and again by
 ``compare report``, so results.json always carries them."""
 from __future__ import annotations
 
+import statistics
+
 from compare.experiments.roofline import place
-from compare.measure.stats import NOISY_REL_IQR, break_even_calls, break_even_interval, speedup_interval
+from compare.measure.stats import (
+    NOISY_REL_IQR,
+    block_rounds,
+    break_even_calls,
+    break_even_interval,
+    expanded_tail,
+    process_speedups,
+    speedup_interval,
+)
 from compare.results.schema import Cell, RunResults
 
 AMORTIZATION_CALLS = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
 # An in-cell eager median further than this from the eager-only cell's is flagged.
 REFERENCE_TOLERANCE = 0.05
+# A speedup is flagged noisy when its interval's half-width exceeds this share of it.
+NOISY_REL_HALF_WIDTH = 0.05
 
 
 def amortization_curve(compile_s: float, latency_ms: float, eager_ms: float) -> list[dict[str, float]]:
@@ -32,20 +44,37 @@ def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
     return (None if cell.tuning_s is None else excluding + cell.tuning_s), excluding
 
 
-def fill_speedup(cell: Cell) -> None:
+def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
+    """How the speedup's interval resamples this cell: its processes, then blocks of
+    consecutive rounds that last at least the machine's correlation time."""
+    groups = cell.process_samples or ([cell.latency.n] if cell.latency else [])
+    rounds_s = [p.get("round_s") for p in (cell.processes or []) if p.get("round_s")]
+    round_s = statistics.median(rounds_s) if rounds_s else None
+    block = min(block_rounds(correlation_s, round_s), min(groups, default=1))
+    return {"method": "hierarchical bootstrap: processes, then blocks of rounds; expanded percentile",
+            "processes": len(groups), "block_rounds": block, "correlation_s": correlation_s,
+            "tail": expanded_tail(len(groups))}
+
+
+def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median:
         return
     groups = cell.process_samples
     cell.speedup = ref.median / stats.median
-    cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
     if cell.backend == "eager":
+        cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
         cell.speedup_ci, cell.break_even_note = None, "reference"
         return
     paid, excluding = paid_seconds(cell)
     if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
-        cell.speedup_ci = speedup_interval(ref, stats, groups)
-        cell.break_even_ci = break_even_interval(paid, ref, stats, groups)
+        cell.interval = interval_plan(cell, correlation_s)
+        block = cell.interval["block_rounds"]
+        cell.speedup_ci = speedup_interval(ref, stats, groups, block)
+        cell.break_even_ci = break_even_interval(paid, ref, stats, groups, block)
+    cell.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
+    # Noisy on the interval's width: what the next run may read, not one process's IQR.
+    cell.noisy = (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup
     cell.break_even_calls = break_even_calls(paid, ref.median, stats.median)
     cell.break_even_calls_excl_tuning = break_even_calls(excluding, ref.median, stats.median)
     if cell.speedup_ci[0] <= 1.0:
@@ -58,14 +87,22 @@ def fill_speedup(cell: Cell) -> None:
         cell.break_even_note = None
 
 
+def correlation_seconds(results: RunResults) -> float | None:
+    """The machine's correlation time from the noise probe taken before the cells (the
+    intervals are made as cells end, so the probe after them cannot count)."""
+    before = (results.experiments.get("noise_probe") or {}).get("before")
+    return before.get("correlation_s") if isinstance(before, dict) else None
+
+
 def fill_derived(results: RunResults) -> None:
     eager_only = {c.label: c.latency.median for c in results.cells
                   if c.backend == "eager" and c.status == "ok" and c.latency}
     ceilings = results.experiments.get("roofline_ceilings")
+    correlation_s = correlation_seconds(results)
     for cell in results.cells:
         if cell.status != "ok" or cell.latency is None:
             continue
-        fill_speedup(cell)
+        fill_speedup(cell, correlation_s)
         cell.eager_only_ms = eager_only.get(cell.label)
         if cell.eager_only_ms and cell.eager_median_ms:
             cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1

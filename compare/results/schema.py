@@ -16,9 +16,9 @@ from typing import Any, Sequence
 from compare.harness.protocol import STATUSES, TRANSIENT_STATUSES
 from compare.results.files import atomic_write_text
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -94,7 +94,11 @@ class Cell:
     speedup_ci: list[float] | None = None  # paired-bootstrap 95% interval of the speedup (derived)
     noisy: bool | None = None
     process_samples: list[int] | None = None  # alternated pairs per worker process, in order
-    processes: list[dict[str, Any]] | None = None  # per process: medians, compile s, wall s
+    processes: list[dict[str, Any]] | None = None  # per process: medians, round s, compile s, cache, wall s
+    speedup_processes: list[float] | None = None  # each process's own speedup: the spread beside the interval (derived)
+    interval: dict[str, Any] | None = None  # how speedup_ci was made: processes, block rounds, tail (derived)
+    warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
+    warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
     max_abs_err: float | None = None  # vs eager fp32
     max_rel_err: float | None = None
     max_abs_err_fp64: float | None = None  # vs eager in float64
@@ -329,7 +333,22 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         data = _migrate_v2(data)
     if data.get("schema_version") == 3:
         data = _migrate_v3(data)
+    if data.get("schema_version") == 4:
+        data = _migrate_v4(data)
     return data
+
+
+def _migrate_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """v4 -> v5: the speedup interval resamples processes, then blocks of rounds within
+    each (``interval`` says how), where v4 resampled pairs within each process; v4's
+    intervals are dropped and recomputed on load from the same samples."""
+    cells = []
+    for cell in data.get("cells", []):
+        cell = dict(cell)
+        cell.pop("speedup_ci", None)
+        cell.pop("break_even_ci", None)
+        cells.append(cell)
+    return dict(data, cells=cells, schema_version=5, migrated_from=data.get("migrated_from", 4))
 
 
 def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:

@@ -99,6 +99,7 @@ def prepare_worker(spec: dict[str, Any]):
         work_dir=Path(spec["work_dir"]),
         cache=spec.get("cache", "cold"),
         cache_root=Path(spec["cache_root"]) if spec.get("cache_root") else None,
+        store_root=Path(spec["store_root"]) if spec.get("store_root") else None,
         options=backend.options_type.from_options(spec.get("options", {})),
         seed=int(spec.get("seed", 0)),
         on_phase=lambda name: emit(phase=name),
@@ -301,7 +302,17 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any
         while not sampler.done():
             sampler.take_rounds(1)
     stats = sampler.stats()
-    return {"latency": stats[-1], "eager_latency": stats[0]}
+    return {"latency": stats[-1], "eager_latency": stats[0], "round_s": sampler.sampling_s / max(1, sampler.rounds)}
+
+
+def await_compile() -> None:
+    """Report that the imports are done, then wait for the parent's word to compile: the
+    processes of a warm round import at the same time and compile one at a time, so their
+    warm starts are timed on a quiet machine (protocol.compile_command)."""
+    emit(imported=True)
+    line = sys.stdin.readline()
+    if not line or not json.loads(line).get("compile"):
+        raise RuntimeError("the parent ended the worker before it compiled")
 
 
 def take_slices(sampler) -> None:
@@ -327,12 +338,13 @@ def check_after_timing(compiled, prepared, outputs: list) -> dict[str, Any]:
     return {"ok": check["ok"], "max_abs": check.get("max_abs"), "error": check.get("error")}
 
 
-def cache_verdict(backend, ctx, result) -> str | None:
-    """"cold" means built from nothing by construction; a warm cell reports what the
-    backend itself said (a backend without a store rebuilt: "miss")."""
+def cache_verdict(backend, ctx, result, fresh_store: bool = False) -> str | None:
+    """"cold" means built from nothing by construction (a cold cell, or the first process of
+    one, whose store was made empty for it); a warm cell reports what the backend itself
+    said (a backend without a store rebuilt: "miss")."""
     if not backend.compiles:
         return None
-    if ctx.cache == "cold":
+    if ctx.cache == "cold" or fresh_store:
         return "cold"
     return result.cache.result if result.cache else "miss"
 
@@ -377,6 +389,8 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     setup = CellSetup.build(spec)
     emit(phase="import")
     loaded = import_backend(backend, ctx)
+    if spec.get("await_compile"):
+        await_compile()
     result, prepared, outputs, compile_memory = compile_step(backend, setup, ctx, spec, loaded)
     compiled = result.compiled
     compile_s = sum(result.phases.values())
@@ -393,7 +407,8 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "status": "ok",
         "threads": spec["threads"],
         "backend_versions": backend.versions(),
-        "settings": {"threads": spec["threads"], "float32_matmul_precision": "highest", **backend.settings(ctx)},
+        "settings": {"threads": spec["threads"], "float32_matmul_precision": "highest",
+                     **({"affinity": spec["affinity"]} if spec.get("affinity") else {}), **backend.settings(ctx)},
         "allocator": allocator_in_use(),
         "torch_import_s": torch_import_s,
         "import_s": loaded["import_s"],
@@ -408,7 +423,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         **timed,
         "numerics_after_timing": after,
         "profile": profile,
-        "cache": cache_verdict(backend, ctx, result),
+        "cache": cache_verdict(backend, ctx, result, bool(spec.get("fresh_store"))),
         "info": cell_info(result),
     }
 
@@ -428,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
     apply_memory_limit(spec.get("memory_limit_mb"))
+    if spec.get("affinity"):  # --affinity: this process and every thread and child it makes
+        os.sched_setaffinity(0, spec["affinity"])
     from adapters import BackendUnavailable
     from compare.results.schema import atomic_write_json
 
