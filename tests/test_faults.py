@@ -77,6 +77,27 @@ def test_interrupt_keeps_every_finished_cell(tmp_path, sig, code):
     assert after["run_id"] in history.stdout
 
 
+def test_an_interrupted_pass_leaves_partial_cells_that_resume_completes(tmp_path):
+    """With --processes 2 a cell measured in the first pass only is kept, marked transient,
+    and --resume measures it again in full."""
+    out = tmp_path / "run"
+    proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,hangs", "--size", "small",
+                  "--timeout", "600", *FAST, "--processes", "2", "--output-dir", out, "--quiet")
+    (partial,) = _wait_for_cells(out, 1)["cells"]
+    assert partial["workload"] == "fine" and partial["status"] == "ok" and partial["transient"] is True
+    assert len(partial["process_samples"]) == 1
+    time.sleep(2.0)  # the hang's first process is running
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert _cells_by_key(load_results(out))[("fine", "eager")]["transient"] is True  # kept as it was
+    resumed = run_cli("--resume", out, "--timeout", "5", "--processes", "2", "--quiet")
+    assert resumed.returncode == 1, resumed.stderr
+    cells = _cells_by_key(load_results(out))
+    assert len(cells[("fine", "eager")]["process_samples"]) == 2 and cells[("fine", "eager")]["transient"] is False
+    assert cells[("hangs", "eager")]["status"] == "timeout"
+    faults.record("interrupt between passes, then resume", 1, 0)
+
+
 def test_killed_worker_then_resume(tmp_path):
     psutil = pytest.importorskip("psutil")
     out = tmp_path / "run"

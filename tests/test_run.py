@@ -107,11 +107,16 @@ def test_report_regenerates_tables(small_run, tmp_path):
 
 
 def test_processes_pool_pairs_from_fresh_workers(tmp_path):
-    proc = run_cli("--backends", "ort", "--workloads", "mlp", "--size", "small", "--processes", "2",
+    proc = run_cli("--backends", "ort", "--workloads", "mlp,conv", "--size", "small", "--processes", "2",
                    "--reference-processes", "1", "--time-budget", "0.3", "--min-samples", "4", "--threads", "1",
                    "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    cells = {c["backend"]: c for c in load_results(tmp_path)["cells"]}
+    every = load_results(tmp_path)["cells"]
+    # Pass by pass: the second process of an mlp cell ran after the first of every conv cell.
+    started = {(c["workload"], c["backend"]): [p["started_at"] for p in c["processes"]] for c in every}
+    assert started[("mlp", "ort")][1] > max(started[("conv", b)][0] for b in ("eager", "ort"))
+    assert not any(c["transient"] for c in every)  # complete: none left for --resume
+    cells = {c["backend"]: c for c in every if c["workload"] == "mlp"}
     for cell in cells.values():
         expected = 2  # one process per round for every cell, the reference too (--reference-processes 1)
         assert len(cell["process_samples"]) == expected and len(cell["processes"]) == expected

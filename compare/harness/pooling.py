@@ -74,7 +74,7 @@ def process_summary(run: dict[str, Any]) -> dict[str, Any]:
     return {"latency_median_ms": _median(latency), "eager_median_ms": _median(run.get("eager_latency")),
             "pairs": latency.get("n"), "round_s": run.get("round_s"), "compile_s": run.get("compile_s"),
             "cache": run.get("cache"), "compile_phases": run.get("compile_phases"), "wall_s": run.get("wall_s"),
-            "numerics_ok": run.get("numerics_ok")}
+            "started_at": run.get("started_at"), "numerics_ok": run.get("numerics_ok")}
 
 
 def warm_start(runs: list[dict[str, Any]]) -> dict[str, Any]:

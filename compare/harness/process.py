@@ -41,6 +41,7 @@ class WorkerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "a")
         self.start = time.perf_counter()
+        self.started_at = time.time()  # wall clock: when in the run this process sampled
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "compare.worker", str(spec_path), str(self.result_path)],
             stdout=subprocess.PIPE, stderr=self._log, cwd=self.work_dir, env=env,
@@ -110,7 +111,8 @@ class WorkerProcess:
         self._log.close()
         cell = _collect(self.proc.returncode, self.timed_out_after, self.result_path, self.log_path,
                         self.last_phase)
-        cell.update(wall_s=time.perf_counter() - self.start, workload_key=self.spec["workload_key"])
+        cell.update(wall_s=time.perf_counter() - self.start, workload_key=self.spec["workload_key"],
+                    started_at=self.started_at)
         if not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
         return cell

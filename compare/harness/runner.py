@@ -199,7 +199,8 @@ class Runner:
 
     def _make_executor(self, results: RunResults) -> Executor:
         hooks = Hooks(announce=self._announce, phase=self.progress.phase,
-                      record=lambda cell: self._record(results, cell))
+                      record=lambda cell: self._record(results, cell),
+                      update=lambda cell: self._record(results, cell, finished=False))
         if self.config.executor == "ray":
             from compare.harness.ray_executor import RayExecutor
 
@@ -211,13 +212,15 @@ class Runner:
         results.finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.save(results)
 
-    def _record(self, results: RunResults, cell: Cell) -> None:
-        """Keep a cell as it ends, in plan order (executors may finish cells in any order)."""
+    def _record(self, results: RunResults, cell: Cell, finished: bool = True) -> None:
+        """Keep a cell as it ends (or as far as it got), in plan order (executors may finish
+        cells in any order)."""
         results.upsert(cell)
         end = len(self._order)
         results.cells.sort(key=lambda c: self._order.get((c.workload, c.backend, c.batch, c.dtype), end))
         self.save(results)
-        self.progress.cell_finished(cell)
+        if finished:
+            self.progress.cell_finished(cell)
 
     def _announce(self, label: str, backend: str) -> None:
         done, total = self._counter
