@@ -101,11 +101,14 @@ BUILD_PHASES = {"ort": ("export",), "iree": ("export", "compile"), "aot-inductor
                 "openvino": ("convert",)}
 
 
-def test_later_processes_of_a_cold_cell_load_the_first_ones_artifact(tmp_path):
+@pytest.mark.parametrize("backends", [
+    "ort,iree,openvino",  # the default tier: compilers that build in seconds
+    pytest.param("aot-inductor,inductor", marks=pytest.mark.slow),  # a C++ build each: the slow tier
+])
+def test_later_processes_of_a_cold_cell_load_the_first_ones_artifact(tmp_path, backends):
     """--processes 2 in a cold run: the first process compiles from nothing into a store made
     for the cell, the second loads it through the backend's own warm path and only times."""
-    proc = run_cli("--backends", "ort,iree,openvino,aot-inductor,inductor", *COMMON, "--processes", "2",
-                   "--output-dir", tmp_path, "--no-history")
+    proc = run_cli("--backends", backends, *COMMON, "--processes", "2", "--output-dir", tmp_path, "--no-history")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for backend, cell in _cells(tmp_path).items():
         if backend == "eager":
