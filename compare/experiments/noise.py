@@ -27,13 +27,18 @@ def probe(seconds: float, elements: int = 4096) -> list[tuple[float, float]]:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         start = time.perf_counter()
-        reps = 0
-        while time.perf_counter() - start < WINDOW_S:
-            np.multiply(b, 0.999, out=b)
-            np.add(b, a, out=b)
-            reps += 1
-        out.append((start - t0, (time.perf_counter() - start) / (reps * elements) * 1e9))
+        out.append((start - t0, compute_window(a, b)))
     return out
+
+
+def compute_window(a: np.ndarray, b: np.ndarray) -> float:
+    """ns per element of the fixed multiply-add over ``WINDOW_S`` (``b`` is its scratch)."""
+    start, reps = time.perf_counter(), 0
+    while time.perf_counter() - start < WINDOW_S:
+        np.multiply(b, 0.999, out=b)
+        np.add(b, a, out=b)
+        reps += 1
+    return (time.perf_counter() - start) / (reps * a.size) * 1e9
 
 
 def summary(windows: list[tuple[float, float]]) -> dict[str, float | list[float]]:
@@ -94,12 +99,7 @@ def machine_probe(seconds: float) -> dict[str, object]:
     compute, copy = [], []
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds or len(copy) < 4:
-        start, reps = time.perf_counter(), 0
-        while time.perf_counter() - start < WINDOW_S:
-            np.multiply(b, 0.999, out=b)
-            np.add(b, a, out=b)
-            reps += 1
-        compute.append((time.perf_counter() - start) / (reps * a.size) * 1e9)
+        compute.append(compute_window(a, b))
         start, reps = time.perf_counter(), 0
         while time.perf_counter() - start < WINDOW_S:
             np.copyto(dst, src)

@@ -143,7 +143,7 @@ class LocalExecutor(Executor):
         members = [b for b in going for _ in range(self._processes_per_round(b, group.backends, rounds))]
         starts = [self._starter(dict(plan.spec(state.specs[b], index), await_compile=index > 0), group, b, index,
                                 state.announced) for b in members]
-        max_rounds = int(process_timing(self.config.timing, rounds).get("max_samples", 300))
+        max_rounds = process_timing(self.config.timing, rounds)["max_samples"]
         ended = run_interleaved(starts, members, "eager", self.config.timeout_s, max_rounds,
                                 on_worker=self._set_worker, concurrent_imports=index > 0)
         for b, result in zip(members, ended):

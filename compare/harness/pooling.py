@@ -26,11 +26,11 @@ def process_timing(timing: dict[str, Any], count: int) -> dict[str, Any]:
     """One process's share of a cell's timing: the budget and the sample cap split over
     ``count`` processes, and the precision target widened by sqrt(count), so that K
     processes sample about as long as one did and their pooled median is as precise."""
-    if count <= 1:
-        return dict(timing)
     cfg = TimingConfig(**timing)
-    return dict(timing, budget_s=cfg.budget_s / count, max_samples=max(cfg.min_samples, -(-cfg.max_samples // count)),
-                target_rel_se=cfg.target_rel_se * math.sqrt(count))
+    if count > 1:
+        cfg = dataclasses.replace(cfg, budget_s=cfg.budget_s / count, target_rel_se=cfg.target_rel_se * math.sqrt(count),
+                                  max_samples=max(cfg.min_samples, -(-cfg.max_samples // count)))
+    return dataclasses.asdict(cfg)
 
 
 @dataclass(frozen=True)

@@ -250,13 +250,18 @@ class Runner:
         """The roofline's two ceilings, once per run, in a worker with the run's threads."""
         if "roofline_ceilings" in results.experiments:
             return
-        proc = subprocess.run([sys.executable, "-m", "compare.experiments.roofline", str(self.config.threads)],
-                              capture_output=True, text=True, env=worker_env(self.config), timeout=600)
-        if proc.returncode == 0:
-            results.experiments["roofline_ceilings"] = json.loads(proc.stdout.strip().splitlines()[-1])
-        else:
-            results.experiments["roofline_ceilings_error"] = last_line(proc.stderr)
+        ok, data = self._child_json(["compare.experiments.roofline", str(self.config.threads)], timeout=600)
+        results.experiments["roofline_ceilings" if ok else "roofline_ceilings_error"] = data
         self.save(results)
+
+    def _child_json(self, module_argv: list[str], timeout: float) -> tuple[bool, Any]:
+        """``python -m MODULE ARGS`` with the workers' environment: (True, the JSON of its
+        last stdout line), or (False, the last line of its stderr)."""
+        proc = subprocess.run([sys.executable, "-m", *module_argv], capture_output=True, text=True,
+                              env=worker_env(self.config), timeout=timeout)
+        if proc.returncode != 0:
+            return False, last_line(proc.stderr)
+        return True, json.loads(proc.stdout.strip().splitlines()[-1])
 
     def probe_noise(self, results: RunResults, when: str) -> None:
         """The machine's noise (``compare.experiments.noise.machine_probe``) in a fresh
@@ -265,13 +270,12 @@ class Runner:
         probes = results.experiments.setdefault("noise_probe", {})
         if not seconds or when in probes:
             return
-        argv = [sys.executable, "-m", "compare.experiments.noise", str(seconds)]
+        argv = ["compare.experiments.noise", str(seconds)]
         if self.config.affinity:
             argv.append(",".join(map(str, self.config.affinity)))
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=worker_env(self.config), timeout=60 + 2 * seconds)
-            probes[when] = (json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0
-                            else {"error": last_line(proc.stderr)})
+            ok, data = self._child_json(argv, timeout=60 + 2 * seconds)
+            probes[when] = data if ok else {"error": data}
         except (subprocess.SubprocessError, ValueError, IndexError) as exc:
             probes[when] = {"error": f"{type(exc).__name__}: {exc}"}
         self.save(results)

@@ -129,35 +129,36 @@ def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], g
     return ra, rb
 
 
-def _ratio_resamples(ref: LatencyStats, cand: LatencyStats, groups, block: int):
+def speedup_and_break_even(ref: LatencyStats, cand: LatencyStats, paid_s: float | None,
+                           groups: Sequence[int] | None = None, block: int = 1):
+    """The 95% interval of median(ref) / median(cand) (hierarchical bootstrap: processes,
+    then blocks of ``block`` rounds; expanded for the number of processes) and, from the
+    same resamples, that of the break-even call count. The latter is None ("never") when
+    the speedup's interval reaches down to 1: then the backend may not be faster at all,
+    and no finite call count can be promised."""
+    if len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
+        return [ref.median / cand.median] * 2, None
     ra, rb = hierarchical_resample_medians(ref.samples, cand.samples, groups, block)
-    return ra, rb, expanded_tail(len(groups) if groups else 1)
+    tail = expanded_tail(len(groups) if groups else 1)
+    quantiles = [100 * tail, 100 * (1 - tail)]
+    speedup = [float(x) for x in np.percentile(ra / rb, quantiles)]
+    if paid_s is None or speedup[0] <= 1.0:
+        return speedup, None
+    return speedup, [float(x) for x in np.percentile(paid_s / ((ra - rb) / 1e3), quantiles)]
 
 
 def speedup_interval(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None,
                      block: int = 1) -> list[float]:
-    """95% interval of median(ref) / median(cand): hierarchical bootstrap (processes, then
-    blocks of ``block`` rounds), expanded for the number of processes."""
-    if len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
-        return [ref.median / cand.median] * 2
-    ra, rb, tail = _ratio_resamples(ref, cand, groups, block)
-    lo, hi = np.percentile(ra / rb, [100 * tail, 100 * (1 - tail)])
-    return [float(lo), float(hi)]
+    """95% interval of median(ref) / median(cand) (see ``speedup_and_break_even``)."""
+    return speedup_and_break_even(ref, cand, None, groups, block)[0]
 
 
 def break_even_interval(paid_s: float | None, ref: LatencyStats, cand: LatencyStats,
                         groups: Sequence[int] | None = None, block: int = 1) -> list[float] | None:
-    """95% interval of the break-even call count from the same resamples as the speedup.
-    None ("never") when the speedup's interval reaches down to 1: then the backend may not
-    be faster at all, and no finite call count can be promised."""
+    """95% interval of the break-even call count (see ``speedup_and_break_even``)."""
     if paid_s is None or len(ref.samples) < 2 or len(ref.samples) != len(cand.samples):
         return None
-    ra, rb, tail = _ratio_resamples(ref, cand, groups, block)
-    if np.percentile(ra / rb, 100 * tail) <= 1.0:
-        return None
-    calls = paid_s / ((ra - rb) / 1e3)
-    lo, hi = np.percentile(calls, [100 * tail, 100 * (1 - tail)])
-    return [float(lo), float(hi)]
+    return speedup_and_break_even(ref, cand, paid_s, groups, block)[1]
 
 
 def block_rounds(correlation_s: float | None, round_s: float | None) -> int:

@@ -286,7 +286,7 @@ def summary_markdown(results: RunResults) -> str:
         "",
         f"Conditions: {conditions_line(results)}",
         "",
-        *([noise_line(results), ""] if noise_line(results) else []),
+        *([noise, ""] if (noise := noise_line(results)) else []),
         frame.to_markdown(index=False) if len(frame) else "(no cells)",
         "",
         "Latency: median per call with half the interquartile range; eager is timed alternately with each "

@@ -11,10 +11,9 @@ from compare.measure.stats import (
     NOISY_REL_IQR,
     block_rounds,
     break_even_calls,
-    break_even_interval,
     expanded_tail,
     process_speedups,
-    speedup_interval,
+    speedup_and_break_even,
 )
 from compare.results.schema import Cell, RunResults
 
@@ -70,8 +69,7 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
         cell.interval = interval_plan(cell, correlation_s)
         block = cell.interval["block_rounds"]
-        cell.speedup_ci = speedup_interval(ref, stats, groups, block)
-        cell.break_even_ci = break_even_interval(paid, ref, stats, groups, block)
+        cell.speedup_ci, cell.break_even_ci = speedup_and_break_even(ref, stats, paid, groups, block)
     cell.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
     # Noisy on the interval's width: what the next run may read, not one process's IQR.
     cell.noisy = (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup
