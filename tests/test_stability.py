@@ -8,7 +8,6 @@ from compare.harness.pooling import ProcessPlan, pool_processes, process_timing
 from compare.measure.stats import (
     block_indices,
     block_rounds,
-    expanded_tail,
     hierarchical_resample_medians,
     process_speedups,
     speedup_interval,
@@ -16,7 +15,7 @@ from compare.measure.stats import (
 from compare.report import stability
 from compare.report.text import noise_line, summary_markdown
 from compare.results.derived import fill_derived
-from compare.results.schema import Cell, LatencyStats, RunResults
+from compare.results.schema import Cell, LatencyStats, RunResults, atomic_write_json
 
 pytestmark = pytest.mark.unit
 
@@ -61,10 +60,7 @@ def test_resampling_keeps_whole_processes_and_blocks_of_rounds():
         hierarchical_resample_medians(ref, ref, [5, 10])
 
 
-def test_the_expanded_tail_follows_the_number_of_processes():
-    assert expanded_tail(1) == 0.025  # one process: a plain percentile interval
-    assert expanded_tail(3) == 0.005 and expanded_tail(10) < 0.025  # few processes: further out
-    assert expanded_tail(200) == pytest.approx(0.025, abs=0.002)
+def test_a_block_lasts_the_correlation_time():
     assert block_rounds(None, 0.05) == 1 and block_rounds(0.4, 0.05) == 8
 
 
@@ -76,6 +72,7 @@ def test_a_cell_records_its_interval_plan_and_process_spread():
                          experiments={"noise_probe": {"before": {"correlation_s": 0.4}}})
     fill_derived(results)
     assert cell.interval["processes"] == 3 and cell.interval["block_rounds"] == 8
+    assert cell.interval["tail"] == 0.025  # a plain 95 % percentile interval
     assert len(cell.speedup_processes) == 3
     assert cell.noisy is (cell.speedup_ci[1] - cell.speedup_ci[0] > 0.1 * cell.speedup)
 
@@ -164,3 +161,15 @@ def test_system_reports_what_raises_noise():
     assert {"frequency governor", "SMT siblings", "transparent huge pages", "steal time", "load average",
             "other busy processes", "virtual machine"} <= set(found)
     assert all(c.verdict in ("ok", "noise", "-") for c in found.values())
+
+
+def test_a_version_5_interval_is_recomputed_on_load(tmp_path):
+    ref, cand, groups = _processes([0.95, 1.0, 1.05])
+    cell = Cell(workload="mlp", backend="ort", status="ok", latency=cand, eager_latency=ref, process_samples=groups,
+                speedup_ci=[0.1, 9.0], interval={"tail": 0.005}, compile_s=1.0)
+    data = RunResults(environment={}, config={}, cells=[cell]).to_dict()
+    data["schema_version"] = 5
+    atomic_write_json(tmp_path / "results.json", data)
+    back = RunResults.load(tmp_path)
+    fill_derived(back)
+    assert back.cells[0].speedup_ci != [0.1, 9.0] and back.cells[0].interval["tail"] == 0.025

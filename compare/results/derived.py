@@ -8,10 +8,10 @@ import statistics
 
 from compare.experiments.roofline import place
 from compare.measure.stats import (
+    INTERVAL_TAIL,
     NOISY_REL_IQR,
     block_rounds,
     break_even_calls,
-    expanded_tail,
     process_speedups,
     speedup_and_break_even,
 )
@@ -50,9 +50,9 @@ def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
     rounds_s = [p.get("round_s") for p in (cell.processes or []) if p.get("round_s")]
     round_s = statistics.median(rounds_s) if rounds_s else None
     block = min(block_rounds(correlation_s, round_s), min(groups, default=1))
-    return {"method": "hierarchical bootstrap: processes, then blocks of rounds; expanded percentile",
+    return {"method": "hierarchical bootstrap: processes, then blocks of rounds; percentile",
             "processes": len(groups), "block_rounds": block, "correlation_s": correlation_s,
-            "tail": expanded_tail(len(groups))}
+            "tail": INTERVAL_TAIL}
 
 
 def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:

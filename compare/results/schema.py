@@ -16,9 +16,9 @@ from typing import Any, Sequence
 from compare.harness.protocol import STATUSES, TRANSIENT_STATUSES
 from compare.results.files import atomic_write_text
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -335,20 +335,33 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         data = _migrate_v3(data)
     if data.get("schema_version") == 4:
         data = _migrate_v4(data)
+    if data.get("schema_version") == 5:
+        data = _migrate_v5(data)
     return data
+
+
+def _drop_intervals(data: dict[str, Any], version: int) -> dict[str, Any]:
+    """The cells without their speedup intervals, which readers recompute on load from the
+    same samples, at ``version``."""
+    cells = []
+    for cell in data.get("cells", []):
+        cell = dict(cell)
+        for key in ("speedup_ci", "break_even_ci", "interval"):
+            cell.pop(key, None)
+        cells.append(cell)
+    return dict(data, cells=cells, schema_version=version, migrated_from=data.get("migrated_from", version - 1))
+
+
+def _migrate_v5(data: dict[str, Any]) -> dict[str, Any]:
+    """v5 -> v6: the interval is a plain percentile of the hierarchical bootstrap, where v5
+    expanded it for the number of processes (to the 0.5th-99.5th percentiles for 3)."""
+    return _drop_intervals(data, 6)
 
 
 def _migrate_v4(data: dict[str, Any]) -> dict[str, Any]:
     """v4 -> v5: the speedup interval resamples processes, then blocks of rounds within
-    each (``interval`` says how), where v4 resampled pairs within each process; v4's
-    intervals are dropped and recomputed on load from the same samples."""
-    cells = []
-    for cell in data.get("cells", []):
-        cell = dict(cell)
-        cell.pop("speedup_ci", None)
-        cell.pop("break_even_ci", None)
-        cells.append(cell)
-    return dict(data, cells=cells, schema_version=5, migrated_from=data.get("migrated_from", 4))
+    each (``interval`` says how), where v4 resampled pairs within each process."""
+    return _drop_intervals(data, 5)
 
 
 def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
