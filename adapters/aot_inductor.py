@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import artifacts
@@ -25,6 +26,17 @@ PACKAGE = "model.pt2"
 class AotInductorOptions(BackendOptions):
     # No flag of its own: the run's --inductor-freezing, shared with the inductor backend.
     inductor_freezing: bool = True
+
+
+class AotInductorCompiled(InductorCompiled):
+    """A loaded package; its libraries are read from its generated wrapper source."""
+
+    package: Path | None = None
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        from .libraries import from_aoti_package
+
+        return from_aoti_package(self.package) if self.package else None
 
 
 class AotInductorBackend(Backend):
@@ -61,8 +73,9 @@ class AotInductorBackend(Backend):
             ctx.info["package_bytes"] = package.stat().st_size
             runner = self._load(package, ctx)
         profiled = lambda: self._profiled_package(module, example_inputs, ctx)  # noqa: E731
-        compiled = InductorCompiled(runner, ctx.device, profiled, warm_calls=1,
-                                    fact="a second package with config.cpp.enable_kernel_profile")
+        compiled = AotInductorCompiled(runner, ctx.device, profiled, warm_calls=1,
+                                       fact="a second package with config.cpp.enable_kernel_profile")
+        compiled.package = package
         return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):

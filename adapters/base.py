@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence, TypeVar
 
-from .profiling import KernelProfile, ProfileUnavailable
+from .profiling import CrossCheck, KernelProfile, ProfileUnavailable
 
 
 class BackendUnavailable(RuntimeError):
@@ -155,6 +155,17 @@ class Compiled(ABC):
         """The kernels one call runs, from the backend's own profiler; called after timing,
         never inside a timed sample. ``ProfileUnavailable`` says why there is none."""
         raise ProfileUnavailable(f"{type(self).__name__} has no per-kernel profile in dlcompare")
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        """Which library ran the GEMMs and convolutions ({"gemm": "MKL", "conv": "oneDNN"}),
+        read from the compiled graph or one untimed call (adapters/libraries.py); ``kinds``
+        are those eager's ops hold. None: unknown."""
+        return None
+
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        """The same artifact and inputs timed for about ``seconds`` by the backend's own
+        benchmark tool; called after timing. ``ProfileUnavailable`` says why there is none."""
+        raise ProfileUnavailable(f"{type(self).__name__} has no benchmark tool of its own in dlcompare")
 
 
 class Backend(ABC):

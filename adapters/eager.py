@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .base import Backend, CompileContext, Compiled, CompileResult
-from .profiling import KernelProfile, ProfileUnavailable, torch_profile
+from .profiling import CrossCheck, KernelProfile, ProfileUnavailable, torch_profile, torch_timer
 
 
 class TorchCompiled(Compiled):
@@ -31,6 +31,14 @@ class TorchCompiled(Compiled):
         if self._cuda:
             raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
         return torch_profile(self.run, prepared, calls, self.synchronize)
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        from .libraries import torch_libraries
+
+        return None if self._cuda else torch_libraries(self.run, prepared)
+
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        return torch_timer(self.run, prepared, seconds)  # it synchronizes CUDA itself
 
 
 class EagerBackend(Backend):

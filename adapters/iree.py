@@ -23,8 +23,9 @@ from .base import (
     cuda_arch,
     cuda_arch_option,
     export_dynamic_shapes,
+    option,
 )
-from .profiling import KernelProfile, ProfileUnavailable, per_call
+from .profiling import CrossCheck, KernelProfile, ProfileUnavailable, per_call, tool_path
 
 VMFB = "module.vmfb"
 
@@ -40,6 +41,18 @@ class IreeCompiled(Compiled):
         if self._profiling is None:
             raise ProfileUnavailable("IREE's CUDA dispatches are not profiled yet")
         return self._profiling.profile([array.to_host() for array in prepared], calls)
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        if self._profiling is None:
+            return None
+        # Data-tiled matmuls become mmt4d dispatches that call IREE's ukernel; the rest is codegen.
+        mmt4d = b"mmt4d" in self._profiling.vmfb.read_bytes()
+        return {kind: "IREE mmt4d ukernel" if kind == "gemm" and mmt4d else "IREE-generated" for kind in sorted(kinds)}
+
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        if self._profiling is None:
+            raise ProfileUnavailable("IREE's CUDA modules are not cross-checked yet")
+        return self._profiling.crosscheck([array.to_host() for array in prepared], seconds)
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         import iree.runtime as rt
@@ -61,9 +74,36 @@ class IreeCompiled(Compiled):
         return [torch.from_numpy(outputs.to_host().copy())]
 
 
+# Decided by the A/B sweep in docs/results/ (scripts/experiments/iree_sweep.py).
+DEFAULT_OPT_LEVEL = "O0"
+DEFAULT_DATA_TILING = False
+
+
 @dataclass(frozen=True)
 class IreeOptions(BackendOptions):
     cuda_arch: str | None = cuda_arch_option()
+    iree_opt_level: str = option(DEFAULT_OPT_LEVEL, "iree-compile's --iree-opt-level (IREE's default O0; its CPU guide "
+                                 f"says O2; default here {DEFAULT_OPT_LEVEL}, by the sweep in docs/results/)",
+                                 flag="iree-opt-level", choices=("O0", "O1", "O2", "O3"))
+    iree_data_tiling: bool = option(DEFAULT_DATA_TILING, "--iree-opt-data-tiling: matmuls packed for the mmt4d "
+                                    f"microkernels (default {'on' if DEFAULT_DATA_TILING else 'off'}, by the sweep)",
+                                    flag="iree-data-tiling", kind="switch")
+    iree_im2col: bool = option(False, "--iree-global-opt-use-im2col-for-convs: convolutions as im2col + matmul "
+                               "(default off)", flag="iree-im2col", kind="switch")
+    iree_allocator: str = option("default", "the runtime's device allocator: IREE's default, or 'caching' as IREE's "
+                                 "benchmark configs run it (default: default)", flag="iree-allocator",
+                                 choices=("default", "caching"))
+
+
+def compile_flags(ctx: CompileContext) -> list[str]:
+    """Every flag given to iree-compile for a CPU cell; all of them are in the vmfb's cache key."""
+    options = _options(ctx)
+    # IREE's docs: target the host CPU, or the code is generic x86-64 (~6x slower here).
+    flags = ["--iree-llvmcpu-target-cpu=host", f"--iree-opt-level={options.iree_opt_level}",
+             f"--iree-opt-data-tiling={str(options.iree_data_tiling).lower()}"]
+    if options.iree_im2col:
+        flags.append("--iree-global-opt-use-im2col-for-convs")
+    return flags
 
 
 class IreeBackend(Backend):
@@ -85,15 +125,16 @@ class IreeBackend(Backend):
         driver = _driver(ctx)
         out: dict[str, Any] = {"driver": driver, "input": "iree-turbine aot.export (torch.export)"}
         if ctx.device == "cpu":
-            # IREE's docs: target the host CPU, or the code is generic x86-64 (~6x slower here).
-            out.update({"target_backends": "llvm-cpu", "iree-llvmcpu-target-cpu": "host"})
+            out.update({"target_backends": "llvm-cpu", "compile_flags": compile_flags(ctx)})
         if driver == "local-task":
             out["task_topology_group_count"] = ctx.threads
+        out["device_allocator"] = _options(ctx).iree_allocator
         return out
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         build = lambda path: self._export_and_compile(module, example_inputs, ctx, path)  # noqa: E731
-        with artifacts.one_file(self, ctx, VMFB, build) as (vmfb, cache):
+        key = {"compile_flags": compile_flags(ctx) if ctx.device == "cpu" else [f"cuda:{cuda_arch(ctx)}"]}
+        with artifacts.one_file(self, ctx, VMFB, build, key=key) as (vmfb, cache):
             ctx.info["vmfb_bytes"] = vmfb.stat().st_size
             compiled = self._load(vmfb, ctx)
         return CompileResult(compiled, cache=cache, info=ctx.info)
@@ -127,7 +168,7 @@ class IreeBackend(Backend):
 
         with ctx.phase("load"):
             driver = _driver(ctx)
-            config = _shared_config(driver, ctx.threads)
+            config = _shared_config(driver, ctx.threads, _options(ctx).iree_allocator)
             context = rt.SystemContext(config=config)
             vm_module = rt.VmModule.mmap(config.vm_instance, str(vmfb))
             context.add_vm_module(vm_module)
@@ -136,7 +177,8 @@ class IreeBackend(Backend):
         ctx.info["driver"] = driver
         if driver == "local-task":
             ctx.info["task_workers_observed"] = iree_worker_threads()
-        profiling = IreeProfiling(vmfb, driver, ctx.threads, ctx.work_dir) if ctx.device == "cpu" else None
+        profiling = (IreeProfiling(vmfb, driver, ctx.threads, ctx.work_dir, _options(ctx).iree_allocator)
+                     if ctx.device == "cpu" else None)
         return IreeCompiled(function, config.device, (context, vm_module, config), profiling)
 
     @classmethod
@@ -150,24 +192,27 @@ class IreeBackend(Backend):
             if ctx.device == "cuda":
                 cls._compile_cuda(exported, ctx, tmp)
             else:
-                exported.session.set_flags("--iree-llvmcpu-target-cpu=host")
+                exported.session.set_flags(*compile_flags(ctx))
                 exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
             os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one
 
 
 @dataclass(frozen=True)
 class IreeProfiling:
-    """IREE's own HAL profiler: ``iree-benchmark-module`` runs the same .vmfb on the same
-    driver and worker count with host-execution events on (what IREE 3.13's local CPU
-    devices record; dispatch-events are UNIMPLEMENTED there), and ``iree-profile dispatch``
-    reads the bundle back: per executable function, its count and summed time."""
+    """IREE's own tools on the cell's .vmfb, on the same driver, worker count and allocator:
+    ``iree-benchmark-module`` times it (the cross-check); with host-execution events on (what
+    IREE 3.13's local CPU devices record; dispatch-events are UNIMPLEMENTED there) it
+    profiles it, and ``iree-profile dispatch`` reads the bundle back: per executable
+    function, its count and summed time."""
 
     vmfb: Path
     driver: str
     threads: int
     work_dir: Path
+    allocator: str = "default"
 
-    def profile(self, inputs: list[Any], calls: int) -> KernelProfile:
+    def _benchmark(self, inputs: list[Any], *flags: str) -> dict[str, Any]:
+        """iree-benchmark-module's JSON report on these inputs (saved as .npy)."""
         import json
         import subprocess
 
@@ -175,33 +220,42 @@ class IreeProfiling:
 
         args = []
         for i, array in enumerate(inputs):
-            path = self.work_dir / f"profile-input-{i}.npy"
+            path = self.work_dir / f"benchmark-input-{i}.npy"
             np.save(path, array)
             args.append(f"--input=@{path}")
-        bundle = self.work_dir / "iree.ireeprof"
+        allocator = [f"--device_allocator={self.allocator}"] if self.allocator != "default" else []
         bench = subprocess.run(
-            [_tool("iree-benchmark-module"), f"--module={self.vmfb}", "--function=main", f"--device={self.driver}",
-             *args, f"--task_topology_group_count={self.threads}", f"--benchmark_min_time={calls}x",
-             "--benchmark_repetitions=1", "--benchmark_format=json", "--device_profiling_mode=host-execution",
-             f"--device_profiling_output={bundle}"], capture_output=True, text=True, timeout=600)
+            [tool_path("iree-benchmark-module"), f"--module={self.vmfb}", "--function=main", f"--device={self.driver}",
+             *args, f"--task_topology_group_count={self.threads}", *allocator, "--benchmark_format=json", *flags],
+            capture_output=True, text=True, timeout=600)
         if bench.returncode != 0:
             raise ProfileUnavailable(f"iree-benchmark-module failed: {bench.stderr.strip().splitlines()[-1:]}")
-        report = json.loads(bench.stdout)["benchmarks"][0]
-        runs = int(report["iterations"])
-        wall = float(report["real_time"]) * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[report["time_unit"]]
+        return json.loads(bench.stdout)
+
+    def crosscheck(self, inputs: list[Any], seconds: float) -> CrossCheck:
+        repetitions = 5
+        report = self._benchmark(inputs, f"--benchmark_repetitions={repetitions}",
+                                 f"--benchmark_min_time={seconds / repetitions:.3f}s")
+        median = next(r for r in report["benchmarks"] if r.get("aggregate_name") == "median")
+        return CrossCheck("iree-benchmark-module", _ms(median), repetitions,
+                          note="median of 5 repetitions, each a mean over its calls")
+
+    def profile(self, inputs: list[Any], calls: int) -> KernelProfile:
+        bundle = self.work_dir / "iree.ireeprof"
+        report = self._benchmark(inputs, f"--benchmark_min_time={calls}x", "--benchmark_repetitions=1",
+                                 "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}")
+        row = report["benchmarks"][0]
+        runs = int(row["iterations"])
         rows = [(r["key"], int(r["count"]), float(r["total_ns"]) / 1e6, ()) for r in _dispatch_rows(bundle)
                 if r.get("type") == "host_dispatch_group"]
-        return KernelProfile("IREE HAL profiling (iree-benchmark-module + iree-profile dispatch)", runs, wall,
+        return KernelProfile("IREE HAL profiling (iree-benchmark-module + iree-profile dispatch)", runs, _ms(row),
                              per_call(rows, runs),
                              note="host-execution time per dispatch (the CPU is the device); the VM's own calls are not listed")
 
 
-def _tool(name: str) -> str:
-    import shutil
-    import sys
-
-    beside = Path(sys.executable).with_name(name)
-    return str(beside) if beside.exists() else (shutil.which(name) or name)
+def _ms(row: dict[str, Any]) -> float:
+    """A google-benchmark row's real time per iteration, in ms."""
+    return float(row["real_time"]) * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[row["time_unit"]]
 
 
 def _dispatch_rows(bundle: Path) -> list[dict[str, Any]]:
@@ -209,7 +263,7 @@ def _dispatch_rows(bundle: Path) -> list[dict[str, Any]]:
     import json
     import subprocess
 
-    proc = subprocess.run([_tool("iree-profile"), "dispatch", "--format=jsonl", str(bundle)],
+    proc = subprocess.run([tool_path("iree-profile"), "dispatch", "--format=jsonl", str(bundle)],
                           capture_output=True, text=True, timeout=300, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
 
@@ -220,22 +274,30 @@ def _driver(ctx: CompileContext) -> str:
     return "local-sync" if ctx.threads == 1 else "local-task"
 
 
-_CONFIGS: dict[str, Any] = {}
+def _options(ctx: CompileContext) -> IreeOptions:
+    return ctx.options if isinstance(ctx.options, IreeOptions) else IreeOptions()
 
 
-def _shared_config(driver: str, threads: int):
+_CONFIGS: dict[tuple[str, str], Any] = {}
+
+
+def _shared_config(driver: str, threads: int, allocator: str = "default"):
     """One IREE device per process: every module loaded here (one per shape in the
     dynamic-shape experiment) shares its workers, instead of each adding its own pool."""
     import iree.runtime as rt
 
-    if driver not in _CONFIGS:
+    if (driver, allocator) not in _CONFIGS:
         if driver == "local-task":
             # Exactly one worker per thread of the run, like every other backend.
             # (--task_topology_max_group_count only caps IREE's physical-core topology,
             # which can give fewer workers than threads on SMT siblings.)
             rt.flags.parse_flags(f"--task_topology_group_count={threads}")
-        _CONFIGS[driver] = rt.Config(driver)
-    return _CONFIGS[driver]
+        if allocator == "default":
+            _CONFIGS[driver, allocator] = rt.Config(driver)
+        else:  # --device_allocator is read by IREE's command-line tools only; Python passes it here
+            device = rt.get_driver(driver).create_default_device(allocators=[allocator])
+            _CONFIGS[driver, allocator] = rt.Config(device=device)
+    return _CONFIGS[driver, allocator]
 
 
 def iree_worker_threads() -> int | None:

@@ -16,11 +16,20 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import artifacts
 from .base import Backend, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, DelegatingSession
-from .profiling import KernelProfile, categorize, per_call, wall_ms_per_call
+from .profiling import (
+    CrossCheck,
+    KernelProfile,
+    ProfileUnavailable,
+    categorize,
+    per_call,
+    tool_path,
+    wall_ms_per_call,
+)
 
 IR = "model.xml"
 PRECISION_HINTS = {"fp32": ("f32", "FP32"), "bf16": ("bf16", "BF16"), "fp16": ("f16", "FP16")}  # hint, capability
@@ -29,11 +38,13 @@ PRECISION_HINTS = {"fp32": ("f32", "FP32"), "bf16": ("bf16", "BF16"), "fp16": ("
 class OpenVinoCompiled(Compiled):
     """One infer request, its inputs set once outside the timer; ``run`` is ``infer()``."""
 
-    def __init__(self, compiled_model, out_dtype, profiling_model=None):
+    def __init__(self, compiled_model, out_dtype, profiling_model=None, tool_args=None):
+        self._compiled = compiled_model
         self._request = compiled_model.create_infer_request()
         self._outputs = len(compiled_model.outputs)
         self._out_dtype = out_dtype  # the cell's precision: reduced cells compute at the hint, fp32 at the edges
         self._profiling_model = profiling_model  # () -> the same model compiled with PERF_COUNT
+        self._tool_args = tool_args  # () -> benchmark_app's arguments for this model (its IR saved)
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         return set_inputs(self._request, inputs)
@@ -47,6 +58,20 @@ class OpenVinoCompiled(Compiled):
 
         return [torch.from_numpy(outputs.get_output_tensor(i).data.copy()).to(self._out_dtype)
                 for i in range(self._outputs)]
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        from .libraries import from_openvino_layers
+
+        layers = [(op.get_rt_info()["layerType"].astype(str), op.get_rt_info()["primitiveType"].astype(str))
+                  for op in self._compiled.get_runtime_model().get_ordered_ops()]
+        return from_openvino_layers(layers)
+
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        """OpenVINO's ``benchmark_app`` on this model's IR, with the cell's hint, streams,
+        threads, precision and pinning, synchronous calls (as timed here), random inputs."""
+        if self._tool_args is None:
+            raise ProfileUnavailable("this OpenVINO model has no IR for benchmark_app")
+        return benchmark_app([*self._tool_args(), "-t", str(max(1, round(seconds)))])
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         """OpenVINO's per-layer performance counters (PERF_COUNT) on a twin compiled model."""
@@ -67,6 +92,35 @@ class OpenVinoCompiled(Compiled):
         return KernelProfile("openvino performance counters (PERF_COUNT)", calls, wall, kernels,
                              note="layers as the CPU plugin ran them after its fusions (Subgraph: its Snippets-"
                                   "generated fused kernels); exec_type names the kernel")
+
+
+def benchmark_app(args: list[str]) -> CrossCheck:
+    """Run OpenVINO's ``benchmark_app`` and read its median latency."""
+    import re
+    import subprocess
+
+    proc = subprocess.run([tool_path("benchmark_app"), *args], capture_output=True, text=True, timeout=600)
+    found = re.search(r"Median:\s+([0-9.]+) (ms|us|s)\b", proc.stdout)
+    iterations = re.search(r"Count:\s+([0-9]+) iterations", proc.stdout)
+    if proc.returncode != 0 or not found:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+        raise ProfileUnavailable(f"benchmark_app failed (exit {proc.returncode}): {tail}")
+    scale = {"ms": 1.0, "us": 1e-3, "s": 1e3}[found.group(2)]  # it picks the unit
+    return CrossCheck("benchmark_app", float(found.group(1)) * scale, int(iterations.group(1)) if iterations else 0,
+                      note="random inputs of the cell's shapes")
+
+
+def tool_arguments(model_path: Path, config: dict[str, Any], compiled) -> list[str]:
+    """benchmark_app's flags for the settings this model was compiled with: its whole
+    config as a ``-load_config`` file (its UI refuses -nstreams, -nthreads and -pin beside
+    a -hint), the pinning the compiled model reports, synchronous calls."""
+    import json
+
+    device = {key: str(value) for key, value in config.items()}
+    device["ENABLE_CPU_PINNING"] = "YES" if compiled.get_property("ENABLE_CPU_PINNING") else "NO"
+    path = model_path.with_name("benchmark_app_config.json")
+    path.write_text(json.dumps({"CPU": device}))
+    return ["-m", str(model_path), "-d", "CPU", "-load_config", str(path), "-api", "sync"]
 
 
 def set_inputs(request, inputs: Sequence[Any]) -> Any:
@@ -150,7 +204,14 @@ class OpenVinoBackend(Backend):
                             cache_blobs=sorted(p.name for p in (folder / "ov_cache").glob("*.blob")))
             verdict = CacheVerdict("hit" if hit else "miss", evidence)
         twin = lambda: core.compile_model(str(folder / IR) if warm else model, "CPU", dict(config, PERF_COUNT=True))  # noqa: E731
-        return CompileResult(OpenVinoCompiled(compiled, out_dtype, twin), cache=verdict, info=ctx.info)
+
+        def tool_args() -> list[str]:
+            path = folder / IR
+            if not warm:  # the cold cell's model lives in memory: save its IR for the tool
+                ov.save_model(model, str(path), compress_to_fp16=False)
+            return tool_arguments(path, config, compiled)
+
+        return CompileResult(OpenVinoCompiled(compiled, out_dtype, twin, tool_args), cache=verdict, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":
@@ -191,7 +252,7 @@ class OpenVinoBackend(Backend):
         observed = {}
         for name in names:
             with contextlib.suppress(Exception):  # a property this version does not have
-                observed[name] = str(compiled.get_property(name))
+                observed[name] = plain_property(compiled.get_property(name))
         return {"openvino_properties": observed}
 
 
@@ -203,6 +264,18 @@ def cell_precision(module, example_inputs) -> tuple[str, Any]:
     dtype = floating[0].dtype if floating else torch.float32
     name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
     return name, dtype
+
+
+def plain_property(value: Any) -> Any:
+    """An OpenVINO property as plain data: an element type by its short name ("f32",
+    "bf16"), one of the plugin's enums by its member name ("ANY_CORE", "PERFORMANCE"),
+    numbers and flags as they are (the Python reprs hid "bf16" behind "<Type: 'bfloat16'>")."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if callable(getattr(value, "get_type_name", None)):  # openvino.Type
+        return value.get_type_name()
+    name = getattr(value, "name", None)  # the plugin's pybind11 enums
+    return name if isinstance(name, str) else str(value)
 
 
 def check_precision(core, dtype: str) -> str:

@@ -13,15 +13,33 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import artifacts
-from .base import Backend, BackendOptions, CacheVerdict, CompileContext, Compiled, CompileResult, DelegatingSession, export_dynamic_shapes
-from .profiling import KernelProfile, ProfileUnavailable, onnxruntime_profile, wall_ms_per_call
+from .base import (
+    Backend,
+    BackendOptions,
+    CacheVerdict,
+    CompileContext,
+    Compiled,
+    CompileResult,
+    DelegatingSession,
+    export_dynamic_shapes,
+    option,
+)
+from .profiling import (
+    CrossCheck,
+    KernelProfile,
+    ProfileUnavailable,
+    onnxruntime_profile,
+    ort_benchmark_helper,
+    wall_ms_per_call,
+)
 
 OPTIMIZED = "optimized.onnx"
 
 
 class OrtCompiled(Compiled):
-    def __init__(self, session, input_names: list[str], profiling_session=None):
+    def __init__(self, session, input_names: list[str], profiling_session=None, op_types: frozenset[str] = frozenset()):
         self._session = session
+        self._op_types = op_types  # the ONNX graph's op types (its local functions' too)
         self._input_names = input_names
         self._run = session.run
         self._profiling_session = profiling_session  # () -> a new session that profiles itself
@@ -33,6 +51,15 @@ class OrtCompiled(Compiled):
         session.run(None, prepared)  # ORT's warm-up run, left out of the profile
         wall = wall_ms_per_call(lambda feed: session.run(None, feed), prepared, calls, lambda: None)
         return onnxruntime_profile(session.end_profiling(), calls, wall)
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        from .libraries import from_onnx_ops
+
+        # the CPU EP's MatMul, Gemm and Conv kernels are MLAS (no oneDNN EP in this build)
+        return from_onnx_ops(self._op_types) if "CPUExecutionProvider" == self._session.get_providers()[0] else None
+
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        return ort_benchmark_helper(self._session, prepared, seconds)
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         # Numpy views of the (CPU) tensors: no copy per call, built once outside the timer.
@@ -70,6 +97,9 @@ class OrtCudaCompiled(OrtCompiled):
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         raise ProfileUnavailable("ORT's CUDA sessions are not profiled yet")
 
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        raise ProfileUnavailable("ORT's CUDA sessions are not cross-checked yet")
+
     def synchronize(self) -> None:
         pass  # run_with_iobinding returns after the outputs are ready
 
@@ -81,7 +111,11 @@ class OrtCudaCompiled(OrtCompiled):
 
 @dataclass(frozen=True)
 class OrtOptions(BackendOptions):
-    onnx_opset: int = 18  # the exporter's opset
+    onnx_opset: int = option(18, "the ONNX exporter's opset (default 18; 20 has a native Gelu)", flag="onnx-opset",
+                             kind="positive_int", metavar="N")
+    ort_spinning: bool = option(False, "session.intra_op.allow_spinning: ORT's default is on; off here (default) "
+                                "because its spinning pool slowed eager, timed alternately, 2-3x on 2 cores",
+                                flag="ort-spinning", kind="switch")
 
 
 class OrtBackend(Backend):
@@ -101,7 +135,7 @@ class OrtBackend(Backend):
         # one setting changed from ORT's default, and why is in _session_options.
         return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": ctx.threads,
                 "inter_op_num_threads": 1, "execution_mode": "ORT_SEQUENTIAL",
-                "session.intra_op.allow_spinning": "0", "enable_cpu_mem_arena": True,
+                "session.intra_op.allow_spinning": "1" if ctx.options.ort_spinning else "0", "enable_cpu_mem_arena": True,
                 "providers": self.providers(ctx), "onnx_opset": ctx.options.onnx_opset,
                 "exporter": "torch.onnx.export(dynamo=True)"}
 
@@ -127,6 +161,7 @@ class OrtBackend(Backend):
 
         warm = ctx.cache == "warm"
         folder, expected = artifacts.store_for(self, ctx)
+        expected["onnx_opset"] = ctx.options.onnx_opset  # a model exported at another opset is not this one
         # Warm: hold the store folder's lock from the hit check to the loaded session.
         with artifacts.locked(folder) if warm else contextlib.nullcontext():
             optimized = folder / OPTIMIZED
@@ -157,7 +192,7 @@ class OrtBackend(Backend):
                 f"exported ONNX graph has {len(input_names)} inputs, the workload has {len(example_inputs)}"
             )
         compiled = (OrtCudaCompiled if ctx.device == "cuda" else OrtCompiled)(
-            session, input_names, lambda: self._profiling_session(ort, model_path, options, ctx))
+            session, input_names, lambda: self._profiling_session(ort, model_path, options, ctx), onnx_op_types(model_path))
         return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
@@ -208,5 +243,16 @@ class OrtBackend(Backend):
         # ORT's pool spins after each run by default; timed alternately with eager on
         # few cores, the spinning threads stole eager's cores (eager measured 2-3x
         # slower than alone). Blocking workers keep the comparison fair.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        spinning = getattr(ctx.options, "ort_spinning", False)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         return options
+
+
+def onnx_op_types(model_path) -> frozenset[str]:
+    """The op types of an ONNX file's graph and its local functions (weights not loaded)."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
+    return frozenset(n.op_type for n in nodes)
+

@@ -148,3 +148,53 @@ def onnxruntime_profile(profile_file: str, calls: int, wall_ms: float) -> Kernel
         op = args.get("op_name", "?")
         rows.append((f"{op}:{evt['name'][: -len('_kernel_time')]}", 1, evt.get("dur", 0) / 1e3, (op,)))
     return KernelProfile("onnxruntime session profiling", calls, wall_ms, per_call(rows, calls))
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """One compiled artifact re-timed by the tool its backend's engineers use, on the same
+    inputs and threads: the check that dlcompare's own timing is not what moves a figure."""
+
+    tool: str  # e.g. "iree-benchmark-module", "benchmark_app"
+    median_ms: float
+    runs: int  # timed calls (or repetitions) behind the median
+    note: str = ""
+
+
+def torch_timer(run: Callable[[Any], Any], prepared: Any, seconds: float) -> CrossCheck:
+    """``torch.utils.benchmark.Timer``, PyTorch's own benchmark tool, at this process's
+    thread count (its default is one thread)."""
+    import torch
+    from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt="run(prepared)", globals={"run": run, "prepared": prepared},
+                  num_threads=torch.get_num_threads())
+    measured = timer.blocked_autorange(min_run_time=seconds)
+    return CrossCheck("torch.utils.benchmark.Timer", measured.median * 1e3, len(measured.times) * measured.number_per_run)
+
+
+def ort_benchmark_helper(session, feed: Any, seconds: float) -> CrossCheck:
+    """The loop of ORT's own benchmark helper (``onnxruntime.transformers.benchmark_helper.
+    inference_ort``: ``timeit.repeat`` of ``session.run``, one call per repeat, after a dry
+    run) on the timed session, for about ``seconds``; the median of its per-call times (the
+    helper itself reports a mean rounded to 0.01 ms). ORT's session profiler is no cross-
+    check: on the small MLP its model_run events read 8x the call, its own cost per node."""
+    import statistics
+    import timeit
+
+    timeit.repeat(lambda: session.run(None, feed), number=1, repeat=3)
+    one = statistics.median(timeit.repeat(lambda: session.run(None, feed), number=1, repeat=5))
+    repeats = int(min(100_000, max(10, seconds / max(one, 1e-6))))
+    times = timeit.repeat(lambda: session.run(None, feed), number=1, repeat=repeats)
+    return CrossCheck("onnxruntime benchmark_helper loop (timeit.repeat of session.run)",
+                      statistics.median(times) * 1e3, repeats)
+
+
+def tool_path(name: str) -> str:
+    """A backend's command-line tool: beside this Python (the venv's bin/), else on PATH."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else (shutil.which(name) or name)

@@ -34,13 +34,14 @@ from .base import (
     option,
     target_key,
 )
-from .profiling import KernelProfile, ProfileUnavailable, fused_kernel_ops, per_call, wall_ms_per_call
+from .profiling import CrossCheck, KernelProfile, ProfileUnavailable, fused_kernel_ops, per_call, wall_ms_per_call
 from .tuning_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
 BAD_FFI_PREFIXES = ("0.1.15",)
 DEFAULT_TRIALS = 256
 DEFAULT_TUNE_MINUTES = 5.0
+DEFAULT_MIN_TRIALS_PER_TASK = 16
 
 
 class TvmCompiled(Compiled):
@@ -61,6 +62,19 @@ class TvmCompiled(Compiled):
 
     def run(self, prepared: Any) -> Any:
         return self._main(*prepared)
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        # dlcompare offloads nothing to a BLAS (no cblas/dnnl BYOC): TVM generates every kernel
+        return dict.fromkeys(sorted(kinds), "TVM-generated")
+
+    def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
+        """TVM's own ``time_evaluator`` on the built module: 10 repeats, each long enough
+        (``min_repeat_ms``) to hold several calls; the median of their per-call means."""
+        repeats = 10
+        evaluator = self._vm.time_evaluator("main", self._device, number=1, repeat=repeats,
+                                            min_repeat_ms=max(1, int(seconds * 1e3 / repeats)))
+        result = evaluator(*prepared)
+        return CrossCheck("tvm time_evaluator", float(result.median) * 1e3, repeats)
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         """Every call the Relax VM makes (kernels, builtins), timed through the VM's own
@@ -103,6 +117,10 @@ class TvmCompiled(Compiled):
 class TvmOptions(BackendOptions):
     tvm_trials: int = option(DEFAULT_TRIALS, f"MetaSchedule trial budget per workload (default {DEFAULT_TRIALS})",
                              flag="tvm-trials", kind="positive_int", metavar="N")
+    tvm_min_trials_per_task: int = option(
+        DEFAULT_MIN_TRIALS_PER_TASK, "floor of trials per tuning task: the trial budget is raised to it times the "
+        f"tasks, within the time budget (default {DEFAULT_MIN_TRIALS_PER_TASK}, as TVM's end-to-end tutorial)",
+        flag="tvm-min-trials-per-task", kind="positive_int", metavar="N")
     tvm_trials_per_task: int | None = option(
         None, "even cap per tuning task (default none: MetaSchedule's task scheduler shares the budget)",
         flag="tvm-trials-per-task", kind="positive_int", metavar="N")
@@ -276,6 +294,7 @@ class TvmBackend(_TvmBase):
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**super().settings(ctx), "tuner": "MetaSchedule (evolutionary search, XGBoost cost model)",
                 "tvm_trials": ctx.options.tvm_trials,
+                "tvm_min_trials_per_task": ctx.options.tvm_min_trials_per_task,
                 "tvm_trials_per_task": ctx.options.tvm_trials_per_task,
                 "tvm_tune_minutes": ctx.options.tvm_tune_minutes,
                 "task_scheduler": "gradient (MetaSchedule's default: budget shared across tasks)",
@@ -341,7 +360,8 @@ class TvmBackend(_TvmBase):
         from . import tvm_inspect, tvm_tuning
         from .tvm_tuning import SearchSettings, TuningBudget
 
-        trials = int(ctx.options.tvm_trials)
+        trials = TuningBudget.planned(int(ctx.options.tvm_trials), len(tasks),
+                                      int(ctx.options.tvm_min_trials_per_task)).trials
         cap = ctx.options.tvm_trials_per_task
         module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
         log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
@@ -375,6 +395,8 @@ class TvmBackend(_TvmBase):
                                        "tuning_s": tuning_s, "stopped_by": outcome.stopped_by})
             after = store.inspect()
             info.update(_tuning_record(state, after, outcome, budget, tuning_s, store))
+            # what the log holds per task: the figure TVM's tutorial sets a floor for
+            info["trials_per_task"] = round(after.records / max(len(tasks), 1), 1)
             database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
         return info, database
 

@@ -20,7 +20,7 @@ EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
 SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise",
-               "explain", "bisect", "stability", "system")
+               "explain", "crosscheck", "bisect", "stability", "system")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -237,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
     run.add_argument("--explain", action="store_true",
                      help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
+    run.add_argument("--crosscheck", action="store_true",
+                     help="after timing, re-time each cell's artifact with its backend's own benchmark tool "
+                          "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
     _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5, processes=3)
@@ -272,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("explain", help="where each backend's time goes: the kernel profiles of a run made with --explain")
     exp.add_argument("run", metavar="RUN_DIR")
+
+    cross = sub.add_parser("crosscheck", help="each cell's latency beside its backend's own benchmark tool's, "
+                           "for a run made with --crosscheck")
+    cross.add_argument("run", metavar="RUN_DIR")
 
     bis = sub.add_parser("bisect", help="the first op whose error against float64 jumps beyond eager's, and a "
                          "reproducer for it, for one cell of a run")
@@ -342,6 +349,7 @@ COMMANDS = {
     "diff": module_command("report.diff"),
     "reference": module_command("report.reference"),
     "explain": module_command("report.explain"),
+    "crosscheck": module_command("report.crosscheck"),
     "stability": module_command("report.stability"),
     "system": module_command("experiments.system"),
     "bisect": module_command("experiments.bisect"),

@@ -93,6 +93,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         thread_spin=args.thread_spin,
         interleave=args.interleave == "on" and args.executor == "local",
         explain=getattr(args, "explain", False),
+        crosscheck=getattr(args, "crosscheck", False),
         noise_probe_s=args.noise_probe,
         affinity=affinity,
     )

@@ -22,7 +22,8 @@ def test_iree_small_five_workloads(tmp_path):
         # exactly one IREE worker per thread, as IREE's runtime itself created them
         assert c["settings"]["task_topology_group_count"] == c["threads"]
         assert c["info"]["task_workers_observed"] == c["threads"]
-        assert c["settings"]["iree-llvmcpu-target-cpu"] == "host"
+        flags = c["settings"]["compile_flags"]
+        assert "--iree-llvmcpu-target-cpu=host" in flags and any(f.startswith("--iree-opt-level=") for f in flags)
 
 
 def test_iree_one_thread_uses_local_sync(tmp_path):
@@ -31,3 +32,30 @@ def test_iree_one_thread_uses_local_sync(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree")
     assert cell["info"]["driver"] == "local-sync" and cell["threads"] == 1
+
+
+def test_every_compile_flag_is_recorded_and_in_the_vmfb_cache_key(tmp_path):
+    common = ["--backends", "iree", "--workloads", "mlp", "--size", "small", *FAST, "--cache", "warm",
+              "--tuning-logs", tmp_path / "store"]
+
+    def cell(name, *flags):
+        proc = run_cli(*common, *flags, "--output-dir", tmp_path / name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return next(c for c in load_results(tmp_path / name)["cells"] if c["backend"] == "iree")
+
+    first = cell("o0", "--iree-opt-level", "O0", "--iree-data-tiling", "off")
+    other = cell("o2", "--iree-opt-level", "O2", "--iree-data-tiling", "on")
+    again = cell("o2-again", "--iree-opt-level", "O2", "--iree-data-tiling", "on")
+    assert "--iree-opt-level=O0" in first["settings"]["compile_flags"]
+    assert {"--iree-opt-level=O2", "--iree-opt-data-tiling=true"} <= set(other["settings"]["compile_flags"])
+    # a vmfb built with other flags is never reused; one built with the same flags is
+    assert (first["cache"], other["cache"], again["cache"]) == ("miss", "miss", "hit")
+    assert other["numerics_ok"] and again["compile_phases"]["compile"] == 0.0
+
+
+def test_the_caching_allocator_is_a_recorded_runtime_setting(tmp_path):
+    proc = run_cli("--backends", "iree", "--workloads", "mlp", "--size", "small", *FAST, "--iree-allocator", "caching",
+                   "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree")
+    assert cell["status"] == "ok" and cell["numerics_ok"] and cell["settings"]["device_allocator"] == "caching"

@@ -29,8 +29,9 @@ def test_openvino_compiles_runs_and_agrees_with_its_configuration_recorded(cold)
         assert list(cell["compile_phases"]) == ["convert", "compile", "first_call"]
         assert cell["import_s"] > 0 and cell["settings"]["PERFORMANCE_HINT"] == "LATENCY"
         observed = cell["info"]["openvino_properties"]  # what OpenVINO itself says it runs with
-        assert observed["INFERENCE_NUM_THREADS"] == "2" and observed["NUM_STREAMS"] == "1"
-        assert "float32" in observed["INFERENCE_PRECISION_HINT"] and observed["PERFORMANCE_HINT"] == "LATENCY"
+        assert observed["INFERENCE_NUM_THREADS"] == 2 and observed["NUM_STREAMS"] == 1
+        assert observed["INFERENCE_PRECISION_HINT"] == "f32" and observed["PERFORMANCE_HINT"] == "LATENCY"
+        assert observed["SCHEDULING_CORE_TYPE"] == "ANY_CORE" and isinstance(observed["ENABLE_CPU_PINNING"], bool)
 
 
 def test_openvino_profile_names_the_plugin_layers(cold):
@@ -71,12 +72,51 @@ def test_reduced_precision_follows_the_cpu_plugin_capabilities(tmp_path):
                    "--output-dir", tmp_path / "run", "--no-history")
     cell = next(c for c in load_results(tmp_path / "run")["cells"] if c["backend"] == "openvino")
     if "BF16" in capabilities:
-        hint = cell["info"]["openvino_properties"]["INFERENCE_PRECISION_HINT"]  # "bf16", or "<Type: 'bfloat16'>"
-        assert cell["status"] == "ok" and ("bf16" in hint or "bfloat16" in hint), hint
+        hint = cell["info"]["openvino_properties"]["INFERENCE_PRECISION_HINT"]
+        assert cell["status"] == "ok" and hint == "bf16", hint
     else:  # unavailable, in OpenVINO's own words, and the run still succeeds
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert cell["status"] == "unavailable" and "OPTIMIZATION_CAPABILITIES" in cell["error"]
         assert ", ".join(capabilities) in cell["error"]
+
+
+class _Core:
+    """OpenVINO's Core as far as the precision rule reads it, with chosen capabilities."""
+
+    def __init__(self, *capabilities):
+        self.capabilities = capabilities
+
+    def get_property(self, device, name):
+        assert (device, name) == ("CPU", "OPTIMIZATION_CAPABILITIES")
+        return list(self.capabilities)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("capabilities", [("FP32", "BF16", "INT8"), ("FP32", "INT8")], ids=["bf16-cpu", "avx2-cpu"])
+def test_the_precision_rule_on_a_cpu_with_and_without_bf16(capabilities):
+    """Both branches on any machine: the capability is faked where this CPU lacks it."""
+    from adapters import BackendUnavailable
+    from adapters.openvino import check_precision
+
+    assert check_precision(_Core(*capabilities), "fp32") == "fp32"
+    if "BF16" in capabilities:
+        assert check_precision(_Core(*capabilities), "bf16") == "bf16"
+    else:
+        with pytest.raises(BackendUnavailable, match="offers FP32, INT8 on this CPU, not BF16"):
+            check_precision(_Core(*capabilities), "bf16")
+
+
+@pytest.mark.unit
+def test_properties_are_recorded_as_plain_values():
+    import openvino as ov
+    from openvino import properties
+
+    from adapters.openvino import plain_property
+
+    assert plain_property(ov.Type.bf16) == "bf16" and plain_property(ov.Type.f32) == "f32"
+    assert plain_property(properties.hint.SchedulingCoreType.ANY_CORE) == "ANY_CORE"
+    assert plain_property(properties.hint.ExecutionMode.PERFORMANCE) == "PERFORMANCE"
+    assert plain_property(True) is True and plain_property(2) == 2 and plain_property("LATENCY") == "LATENCY"
 
 
 @pytest.mark.unit

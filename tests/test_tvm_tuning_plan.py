@@ -19,6 +19,13 @@ def test_rounds_are_sized_to_the_budget(trials, tasks, per_round):
     assert settings.cost_model_warmup_samples <= max(32, trials // 4)  # the model leaves its random phase
 
 
+def test_every_task_gets_the_floor_of_trials_within_the_time_budget():
+    # ResNet-18's 18 tasks: 256 trials would be 14 each, below the tutorial's 16
+    assert TuningBudget.planned(256, 18, 16, minutes=5).trials == 288
+    assert TuningBudget.planned(256, 18, 16, minutes=5).minutes == 5  # the time budget still binds
+    assert TuningBudget.planned(256, 3, 16).trials == 256  # the survey graphs: the floor is below the budget
+
+
 def test_the_estimate_waits_for_every_task_then_sums_calls_times_best():
     assert estimated_latency_ms([1.0, 2.0], [0.5, None], tried=1) is None
     assert estimated_latency_ms([1.0, 2.0], [0.5, 0.25], tried=2) == pytest.approx(1.0)

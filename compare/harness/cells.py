@@ -65,6 +65,7 @@ class CellSpecs:
             "memory_limit_mb": cfg.memory_limit_mb,
             "numerics_draws": cfg.numerics_draws,
             "explain": cfg.explain,
+            "crosscheck": cfg.crosscheck,
             "affinity": list(cfg.affinity) if cfg.affinity else None,
             **(extra or {}),
         }

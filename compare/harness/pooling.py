@@ -88,6 +88,19 @@ def warm_start(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "warm_cache": ", ".join(verdicts)}
 
 
+def pooled_crosscheck(checks: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The cross-checks of a cell's processes as one: the median of their tool medians and
+    of their ratios (each process's tool median over its own timed median)."""
+    if not checks or checks[0] is None:
+        return None
+    missing = next((c for c in checks if c is None or "unavailable" in c), None)
+    if missing is not None:
+        return missing or {"unavailable": "a process made no cross-check"}
+    return {"tool": checks[0]["tool"], "median_ms": statistics.median(c["median_ms"] for c in checks),
+            "ratio": statistics.median(c["ratio"] for c in checks), "processes": len(checks),
+            "runs": sum(c.get("runs", 0) for c in checks), "note": checks[0].get("note", "")}
+
+
 def _pooled(runs: list[dict[str, Any]], field: str) -> dict[str, Any]:
     samples = [x for run in runs for x in run[field]["samples"]]
     return dataclasses.asdict(LatencyStats.from_ms(samples, runs[0][field]["number"]))
@@ -117,6 +130,7 @@ def pool_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not first["numerics_ok"] and first.get("numerics_error") is None:
         first["numerics_error"] = next(run.get("numerics_error") for run in runs if not run.get("numerics_ok"))
     first["wall_s"] = sum(run.get("wall_s") or 0.0 for run in runs)
+    first["crosscheck"] = pooled_crosscheck([run.get("crosscheck") for run in runs])
     first.update(warm_start(runs))
     return first
 

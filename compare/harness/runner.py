@@ -77,6 +77,9 @@ class RunConfig:
     # After timing, each worker profiles its model with the backend's own instrument
     # (--explain): kernels, their times and categories (compare explain).
     explain: bool = False
+    # After timing, each worker re-times its artifact with the tool its backend's engineers
+    # use (--crosscheck): iree-benchmark-module, benchmark_app, time_evaluator, ...
+    crosscheck: bool = False
     # Seconds of the machine probe (a compute loop and a memory copy) before and after the
     # cells, shown in the header; 0: none.
     noise_probe_s: float = 3.0

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from compare.measure.stats import geometric_mean
+from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
@@ -108,6 +109,11 @@ def fmt_status(cell: Cell) -> str:
             tuning.get("stopped_by"), "")
         notes.append(("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
                      + f" of {tuning.get('trials_requested')}{spent}{stopped}")
+        if tuning.get("trials_per_task") is not None:
+            notes.append(f"{tuning['trials_per_task']:g} trials/task")
+    check = cell.crosscheck or {}
+    if check.get("flagged"):
+        notes.append(f"own tool {check['ratio'] - 1:+.0%}: {check['tool']}")
     naked = cell.info.get("unscheduled_functions") if isinstance(cell.info, dict) else None
     if naked:
         notes.append(f"{len(naked)} unscheduled kernel(s)")
@@ -277,6 +283,21 @@ def reference_line(results: RunResults) -> str | None:
             f"±{REFERENCE_TOLERANCE:.0%}" + (f": {', '.join(beyond)}" if beyond else "") + ".")
 
 
+def libraries_line(results: RunResults) -> str | None:
+    """Which library each backend's GEMMs and convolutions ran in, over the run's cells:
+    on AMD CPUs MKL's fp32 GEMMs run far below oneDNN's, which moves GEMM-bound speedups."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for cell in results.cells:
+        for kind, library in (cell.gemm_library or {}).items():
+            if kind in ("gemm", "conv"):
+                found.setdefault(cell.backend, {}).setdefault(kind, set()).add(library)
+    if not found:
+        return None
+    parts = [f"{backend} " + ", ".join(f"{kind} {' / '.join(sorted(libs))}" for kind, libs in sorted(kinds.items()))
+             for backend, kinds in found.items()]
+    return "GEMM and convolution libraries: " + "; ".join(parts) + "."
+
+
 def summary_markdown(results: RunResults) -> str:
     frame = pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS)
     lines = [
@@ -291,8 +312,8 @@ def summary_markdown(results: RunResults) -> str:
         "",
         "Latency: median per call with half the interquartile range; eager is timed alternately with each "
         "backend in the same worker(s), and the speedup interval is a hierarchical bootstrap 95% CI of the ratio "
-        "of medians (worker processes resampled, then blocks of alternated rounds within each; expanded for the "
-        "number of processes); 'per process' is the range of the processes' own speedups. (noisy): the "
+        "of medians (worker processes resampled, then blocks of alternated rounds within each; a plain "
+        "percentile interval); 'per process' is the range of the processes' own speedups. (noisy): the "
         "interval's half-width exceeds 5% of the speedup. Warm start s = load to first result in the processes "
         "that reused the first one's artifact. Break-even calls = (compile s + all tuning s "
         "behind a tuned backend's log) / (eager latency - backend latency), 'never' when the speedup's interval "
@@ -301,6 +322,9 @@ def summary_markdown(results: RunResults) -> str:
     ref = reference_line(results)
     if ref:
         lines += ["", ref]
+    libraries = libraries_line(results)
+    if libraries:
+        lines += ["", libraries]
     geo = geomean_rows(results)
     if geo:
         lines += ["", "## Geometric-mean speedup per backend", "",
@@ -309,6 +333,7 @@ def summary_markdown(results: RunResults) -> str:
                   "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
                   "backend's failure) are listed."]
     lines += explain_markdown(results)
+    lines += crosscheck_markdown(results)
     issues = problems(results)
     if issues:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in issues]

@@ -22,6 +22,8 @@ AMORTIZATION_CALLS = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
 REFERENCE_TOLERANCE = 0.05
 # A speedup is flagged noisy when its interval's half-width exceeds this share of it.
 NOISY_REL_HALF_WIDTH = 0.05
+# A cell whose own tool's median is further than this from dlcompare's is flagged.
+CROSSCHECK_TOLERANCE = 0.15
 
 
 def amortization_curve(compile_s: float, latency_ms: float, eager_ms: float) -> list[dict[str, float]]:
@@ -110,6 +112,8 @@ def fill_derived(results: RunResults) -> None:
                                                    cell.latency.median, cell.eager_median_ms)
         if ceilings and cell.work:
             cell.roofline = place(cell.work, cell.latency.median, ceilings)
+        if cell.crosscheck and "ratio" in cell.crosscheck:
+            cell.crosscheck["flagged"] = abs(cell.crosscheck["ratio"] - 1) > CROSSCHECK_TOLERANCE
 
 
 def reference_spread(results: RunResults) -> dict | None:

@@ -127,6 +127,12 @@ class Cell:
     work: dict[str, Any] | None = None  # counted flops and minimum bytes of the workload
     roofline: dict[str, Any] | None = None  # achieved GFLOP/s, GB/s, fraction of the bound
     profile: dict[str, Any] | None = None  # --explain: the backend's own kernel profile, or why there is none
+    # --crosscheck: {tool, median_ms, ratio (the tool's median / this process's), processes,
+    # flagged (beyond CROSSCHECK_TOLERANCE)}, or {unavailable: why}
+    crosscheck: dict[str, Any] | None = None
+    # {"gemm": library, "conv": library}: MKL, oneDNN, MLAS, OpenVINO's kernels, TVM's or
+    # IREE's own code (adapters/libraries.py); {} when the graph has neither
+    gemm_library: dict[str, str] | None = None
     threads: int | None = None
     cache: str | None = None  # "cold", "hit", "miss", "bypass" (the backend declined to cache)
     settings: dict[str, Any] = field(default_factory=dict)  # how the backend was configured

@@ -377,6 +377,46 @@ def profile_kernels(compiled, prepared, median_ms: float, spec: dict[str, Any]) 
     return {**dataclasses.asdict(profile), "timed_median_ms": median_ms}
 
 
+def gemm_libraries(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """Which library ran the cell's GEMMs and convolutions (one untimed call of eager under
+    torch.profiler says which kinds the graph holds); None where the backend cannot say."""
+    if spec["device"] != "cpu":
+        return None
+    from adapters.eager import TorchCompiled
+    from adapters.libraries import torch_libraries
+
+    try:
+        eager = TorchCompiled(setup.reference_model, spec["device"])
+        kinds = set(torch_libraries(eager.run, eager.prepare(setup.inputs)))
+        return compiled.libraries(prepared, kinds) if kinds else {}
+    except Exception as exc:  # noqa: BLE001 - a graph that cannot be read costs this field only
+        return {"unknown": one_line(exc)}
+
+
+# Seconds each backend's own benchmark tool times the artifact for (--crosscheck).
+CROSSCHECK_S = 2.0
+
+
+def crosscheck_cell(compiled, prepared, median_ms: float, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The artifact re-timed by its backend's own benchmark tool (``--crosscheck``), after
+    timing: its median and its ratio to this process's timed median. A tool that is missing
+    or fails costs the cross-check, never the cell's figures."""
+    if not spec.get("crosscheck"):
+        return None
+    import dataclasses
+
+    from adapters.profiling import ProfileUnavailable
+
+    emit(phase="crosscheck")
+    try:
+        check = compiled.crosscheck(prepared, CROSSCHECK_S)
+    except ProfileUnavailable as exc:
+        return {"unavailable": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - any tool error: the cell keeps its figures
+        return {"unavailable": f"the tool failed: {one_line(exc)}"}
+    return {**dataclasses.asdict(check), "ratio": check.median_ms / median_ms}
+
+
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one cell; returns the fields of ``compare.results.schema.Cell`` (the protocol's result)."""
     backend, ctx, torch_import_s = prepare_worker(spec)
@@ -401,6 +441,8 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     timed = time_against_eager(compiled, prepared, setup, spec)
     after = check_after_timing(compiled, prepared, outputs)
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
+    crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
+    libraries = gemm_libraries(compiled, prepared, setup, spec)
     if numerics["numerics_ok"] and not after["ok"]:
         numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
     return {
@@ -423,6 +465,8 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         **timed,
         "numerics_after_timing": after,
         "profile": profile,
+        "crosscheck": crosscheck,
+        "gemm_library": libraries,
         "cache": cache_verdict(backend, ctx, result, bool(spec.get("fresh_store"))),
         "info": cell_info(result),
     }
