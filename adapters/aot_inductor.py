@@ -17,15 +17,17 @@ from typing import Any, Sequence
 from . import artifacts
 from .base import Backend, BackendOptions, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes, target_key
 from .eager import TorchCompiled
-from .inductor import InductorCompiled
+from .inductor import InductorCompiled, inductor_configs
 
 PACKAGE = "model.pt2"
 
 
 @dataclass(frozen=True)
 class AotInductorOptions(BackendOptions):
-    # No flag of its own: the run's --inductor-freezing, shared with the inductor backend.
+    # No flags of their own: the run's --inductor-freezing and
+    # --inductor-realize-reads-threshold, shared with the inductor backend.
     inductor_freezing: bool = True
+    inductor_realize_reads_threshold: int | None = None
 
 
 class AotInductorCompiled(InductorCompiled):
@@ -53,7 +55,8 @@ class AotInductorBackend(Backend):
         return ("torch",)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
-        return {"freezing": ctx.options.inductor_freezing, "package": "aoti_compile_and_package -> .pt2",
+        return {"freezing": ctx.options.inductor_freezing, "inductor_configs": inductor_configs(ctx.options),
+                "package": "aoti_compile_and_package -> .pt2",
                 "loader": "aoti_load_package", "no_grad": True}
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
@@ -68,7 +71,7 @@ class AotInductorBackend(Backend):
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         build = lambda path: self._export_and_package(module, example_inputs, ctx, path)  # noqa: E731
-        key = {"inductor_configs": {"freezing": ctx.options.inductor_freezing}}  # a stored package matches them too
+        key = {"inductor_configs": inductor_configs(ctx.options)}  # a stored package matches them too
         with artifacts.one_file(self, ctx, PACKAGE, build, key) as (package, cache):
             ctx.info["package_bytes"] = package.stat().st_size
             runner = self._load(package, ctx)
@@ -94,7 +97,7 @@ class AotInductorBackend(Backend):
 
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        configs = {"freezing": ctx.options.inductor_freezing, **(extra_configs or {})}
+        configs = {**inductor_configs(ctx.options), **(extra_configs or {})}
         with ctx.phase("compile"), torch.no_grad():
             tmp = package.with_name(f".{package.name}.tmp.pt2")
             torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp), inductor_configs=configs)

@@ -27,7 +27,31 @@ class InductorOptions(BackendOptions):
     inductor_freezing: bool = option(True, "Inductor's freezing (weights as constants, folded and prepacked), "
                                      "which PyTorch advises for CPU inference (default on)",
                                      flag="inductor-freezing", kind="switch")
+    # Inductor inlines a pointwise buffer into its users unless it reads more than this many
+    # buffers or holds a "heavy" op; erf is not one, so GELU's erf can be recomputed in
+    # every user (norm_residual). None: PyTorch's default (4).
+    inductor_realize_reads_threshold: int | None = option(
+        None, "torch._inductor.config.realize_reads_threshold (default: PyTorch's, 4; 1 realizes every reused "
+        "pointwise buffer instead of recomputing it in each user)", flag="inductor-realize-reads-threshold",
+        kind="positive_int", metavar="N")
     dynamic: bool = False  # torch.compile(dynamic=...) for the timed cells
+
+
+# What Inductor's own output code showed on norm_residual (docs/results/2026-12-01-xeon-backend-configs.md).
+REALIZATION_NOTE = ("Inductor inlines a reused pointwise buffer into each of its users (recomputing it) unless it "
+                    "reads more than realize_reads_threshold (4) buffers or holds exp, log, sigmoid or tanh; erf is "
+                    "not among them, so GELU's erf chain is recomputed in the next LayerNorm's two reductions and "
+                    "its residual: on norm_residual, --inductor-realize-reads-threshold 1 took Inductor from 0.64x "
+                    "to 1.10x of eager on a 2-core Xeon VM")
+
+
+def inductor_configs(options) -> dict[str, Any]:
+    """The Inductor configs a cell sets (recorded; AOTInductor's stored package is keyed on them)."""
+    configs: dict[str, Any] = {"freezing": options.inductor_freezing}
+    threshold = getattr(options, "inductor_realize_reads_threshold", None)
+    if threshold is not None:
+        configs["realize_reads_threshold"] = threshold
+    return configs
 
 
 def cache_evidence(counters) -> dict[str, int]:
@@ -58,10 +82,13 @@ class InductorCompiled(TorchCompiled):
         self._profiled_build, self._warm_calls, self._fact = profiled_build, warm_calls, fact
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
+        import dataclasses
+
         if self._cuda:
             raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
         build = TorchCompiled(self._profiled_build(), "cpu")
-        return profile_second_build(build.run, prepared, calls, self._warm_calls, self._fact)
+        profile = profile_second_build(build.run, prepared, calls, self._warm_calls, self._fact)
+        return dataclasses.replace(profile, facts={**profile.facts, "realization": REALIZATION_NOTE})
 
 
 class InductorBackend(Backend):
@@ -81,6 +108,7 @@ class InductorBackend(Backend):
         import torch._inductor.config as config
 
         return {"mode": ctx.options.inductor_mode, "freezing": ctx.options.inductor_freezing,
+                "realize_reads_threshold": ctx.options.inductor_realize_reads_threshold or config.realize_reads_threshold,
                 "dynamic": ctx.options.dynamic, "cpp_wrapper": bool(config.cpp_wrapper),
                 "fx_graph_cache": bool(config.fx_graph_cache), "no_grad": True}
 
@@ -106,7 +134,9 @@ class InductorBackend(Backend):
         # persistent store (warm) before torch is imported; record where it went.
         ctx.info["inductor_cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         ctx.info["inductor_mode"] = mode
-        torch._inductor.config.freezing = ctx.options.inductor_freezing
+        for name, value in inductor_configs(ctx.options).items():
+            setattr(torch._inductor.config, name, value)
+        ctx.info["inductor_configs"] = inductor_configs(ctx.options)
         compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=ctx.options.dynamic)
 
         with ctx.phase("compile"):

@@ -74,9 +74,14 @@ class IreeCompiled(Compiled):
         return [torch.from_numpy(outputs.to_host().copy())]
 
 
-# Decided by the A/B sweep in docs/results/ (scripts/experiments/iree_sweep.py).
+# Decided by the A/B sweep in docs/results/2026-12-01-xeon-backend-configs.md
+# (scripts/experiments/iree_sweep.py): data tiling, as IREE's CPU guide says (mlp 0.64x ->
+# 0.89x, attention 0.51x -> 0.74x), but not its O2: O2's aggressive dispatch fusion made
+# norm_residual (1 dispatch instead of 8) and attention about 2.8x slower than O0.
 DEFAULT_OPT_LEVEL = "O0"
-DEFAULT_DATA_TILING = False
+DEFAULT_DATA_TILING = True
+GUIDE_DEVIATION = ("--iree-opt-level=O0, not the CPU guide's O2: at O2 norm_residual ran 2.8x and attention "
+                   "2.8x slower here (A/B in docs/results/2026-12-01-xeon-backend-configs.md)")
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,10 @@ class IreeOptions(BackendOptions):
                                     flag="iree-data-tiling", kind="switch")
     iree_im2col: bool = option(False, "--iree-global-opt-use-im2col-for-convs: convolutions as im2col + matmul "
                                "(default off)", flag="iree-im2col", kind="switch")
+    iree_flags: str = option("", "more iree-compile flags, space-separated, appended after the others "
+                             "(recorded, and in the vmfb's cache key), e.g. "
+                             "'--iree-dispatch-creation-enable-aggressive-fusion=false'", flag="iree-flags",
+                             metavar="FLAGS")
     iree_allocator: str = option("default", "the runtime's device allocator: IREE's default, or 'caching' as IREE's "
                                  "benchmark configs run it (default: default)", flag="iree-allocator",
                                  choices=("default", "caching"))
@@ -103,7 +112,7 @@ def compile_flags(ctx: CompileContext) -> list[str]:
              f"--iree-opt-data-tiling={str(options.iree_data_tiling).lower()}"]
     if options.iree_im2col:
         flags.append("--iree-global-opt-use-im2col-for-convs")
-    return flags
+    return flags + options.iree_flags.split()
 
 
 class IreeBackend(Backend):
@@ -126,6 +135,8 @@ class IreeBackend(Backend):
         out: dict[str, Any] = {"driver": driver, "input": "iree-turbine aot.export (torch.export)"}
         if ctx.device == "cpu":
             out.update({"target_backends": "llvm-cpu", "compile_flags": compile_flags(ctx)})
+            if _options(ctx).iree_opt_level == "O0":
+                out["guide_deviation"] = GUIDE_DEVIATION
         if driver == "local-task":
             out["task_topology_group_count"] = ctx.threads
         out["device_allocator"] = _options(ctx).iree_allocator

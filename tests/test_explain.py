@@ -150,3 +150,14 @@ def test_paper_fusion_section_sets_kernels_beside_achieved_traffic():
     assert rows == {"eager": ["4", "4", "8", "8"], "inductor": ["1", "4", "8", "16"]}
     assert "run `compare paper --explain`" in "\n".join(_fusion_section([Cell(workload="conv", backend="x",
                                                                                 status="ok")]))
+
+
+@pytest.mark.unit
+def test_a_compiler_rule_the_profile_names_is_listed_once_per_backend():
+    from compare.report.explain import backend_notes
+    from compare.results.schema import Cell, RunResults
+
+    profile = {"facts": {"realization": "Inductor recomputes reused buffers"}, "kernels": []}
+    cells = [Cell(workload=w, backend="inductor", status="ok", profile=profile) for w in ("mlp", "conv")]
+    assert backend_notes(RunResults(environment={}, config={}, cells=cells)) == [
+        "- inductor: Inductor recomputes reused buffers."]

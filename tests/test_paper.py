@@ -123,7 +123,11 @@ def test_paper_fields_and_markdown(paper_run):
     assert cell["amortization"] and cell["work"]["flops"] > 0 and cell["roofline"]["fraction_of_roofline"] > 0
     assert cell["compile_peak_mb"] is not None and cell["steady_state_mb"] is not None
     assert len(cell["process_samples"]) == 3  # compare paper repeats every cell in 3 processes
-    assert data["experiments"]["roofline_ceilings"]["peak_gflops"] > 0
+    ceilings = data["experiments"]["roofline_ceilings"]
+    assert ceilings["peak_gflops"] > 0
+    # the compute ceiling is the fastest GEMM over the libraries the backends call, and says which
+    assert len(ceilings["gflops_by_library"]) == 3 and ceilings["peak_gemm_library"] in ceilings["gflops_by_library"]
+    assert ceilings["peak_gflops"] == max(max(sizes.values()) for sizes in ceilings["gflops_by_library"].values())
     text = (paper_run / "paper.md").read_text()
     for heading in ("1. Static-shape speedups", "2. Compile-cost amortization", "3. Numerical agreement",
                     "4. Dynamic shapes", "5. Memory", "6. Roofline"):

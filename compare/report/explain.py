@@ -78,16 +78,28 @@ def category_ms(profile: dict[str, Any]) -> dict[str, float]:
     return {category: share * total for category, share in category_shares(profile).items()}
 
 
+def backend_notes(results: RunResults) -> list[str]:
+    """What a backend's profile says of its compiler beyond the kernels (``facts``, e.g.
+    Inductor's realization rule), once per backend."""
+    notes: dict[str, str] = {}
+    for cell in results.cells:
+        facts = (cell.profile or {}).get("facts") or {}
+        if "realization" in facts:
+            notes.setdefault(cell.backend, facts["realization"])
+    return [f"- {backend}: {text}." for backend, text in notes.items()]
+
+
 def explain_markdown(results: RunResults) -> list[str]:
     """summary.md's section, when the run was made with --explain."""
     frame = explain_frame(results)
     if frame.empty:
         return []
+    notes = backend_notes(results)
     return ["", "## Where the time goes", "",
             "Each backend's own profiler, run after timing in the same worker: kernels per call against eager's "
             "ops (fusion shows as fewer), the share of the profiled call by kernel category and outside every "
             "kernel, and the profiled call beside the timed median (the profiler's own cost).", "",
-            frame.fillna("-").to_markdown(index=False)]
+            frame.fillna("-").to_markdown(index=False), *(["", *notes] if notes else [])]
 
 
 def run(args, console) -> int:
@@ -99,4 +111,6 @@ def run(args, console) -> int:
     console.print(f"[bold]Where the time goes[/bold] (run {results.run_id}; each backend's own profiler, "
                   "after timing; shares of the profiled call)")
     console.print(frame.fillna("-").to_markdown(index=False), highlight=False)
+    for note in backend_notes(results):
+        console.print(note, highlight=False)
     return 0

@@ -24,6 +24,14 @@ VARIANTS = {
     "O2-dt-caching": ["--iree-opt-level", "O2", "--iree-data-tiling", "on", "--iree-allocator", "caching"],
     "O2-dt-im2col": ["--iree-opt-level", "O2", "--iree-data-tiling", "on", "--iree-im2col", "on"],
     "O0-im2col": ["--iree-opt-level", "O0", "--iree-data-tiling", "off", "--iree-im2col", "on"],
+    # O2 turns on aggressive dispatch fusion: the same, without it
+    "O2-nofuse": ["--iree-opt-level", "O2", "--iree-data-tiling", "off",
+                  "--iree-flags=--iree-dispatch-creation-enable-aggressive-fusion=false"],
+    # data tiling for convolutions too (IREE marks it experimental)
+    "O0-dt-conv": ["--iree-opt-level", "O0", "--iree-data-tiling", "on",
+                   "--iree-flags=--iree-dispatch-creation-experimental-set-data-tiling-ops=matmul,convolution"],
+    "O2-dt-nofuse": ["--iree-opt-level", "O2", "--iree-data-tiling", "on",
+                     "--iree-flags=--iree-dispatch-creation-enable-aggressive-fusion=false"],
 }
 
 
