@@ -73,6 +73,7 @@ def test_a_cell_beyond_the_tolerance_is_flagged_in_the_table():
     assert list(crosscheck_frame(results)["tool / dlcompare"]) == ["1.05", "1.30 !"]
 
 
+@pytest.mark.slow  # six compilers and their tools: the unit tests above keep the logic in the default tier
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("onnxruntime", "openvino", "iree.runtime")),
                     reason="ort, openvino and iree are needed")
 def test_every_backend_own_tool_times_the_same_artifact_and_names_its_gemm_library(tmp_path):

@@ -1,7 +1,10 @@
 """Inductor's documented configs as recorded variants: the default stays PyTorch's."""
+import pytest
+
 from conftest import FAST, load_results, run_cli
 
 
+@pytest.mark.slow  # three Inductor builds (one a C++ package)
 def test_the_realize_threshold_is_a_recorded_variant_and_the_default_stays_pytorchs(tmp_path):
     proc = run_cli("--backends", "inductor,aot-inductor", "--workloads", "norm_residual", "--size", "small", *FAST,
                    "--inductor-realize-reads-threshold", "1", "--output-dir", tmp_path / "variant")

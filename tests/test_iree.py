@@ -34,6 +34,7 @@ def test_iree_one_thread_uses_local_sync(tmp_path):
     assert cell["info"]["driver"] == "local-sync" and cell["threads"] == 1
 
 
+@pytest.mark.slow  # three IREE runs; the default tier checks the flags in every cell above
 def test_every_compile_flag_is_recorded_and_in_the_vmfb_cache_key(tmp_path):
     common = ["--backends", "iree", "--workloads", "mlp", "--size", "small", *FAST, "--cache", "warm",
               "--tuning-logs", tmp_path / "store"]
@@ -53,6 +54,7 @@ def test_every_compile_flag_is_recorded_and_in_the_vmfb_cache_key(tmp_path):
     assert other["numerics_ok"] and again["compile_phases"]["compile"] == 0.0
 
 
+@pytest.mark.slow
 def test_the_caching_allocator_is_a_recorded_runtime_setting(tmp_path):
     proc = run_cli("--backends", "iree", "--workloads", "mlp", "--size", "small", *FAST, "--iree-allocator", "caching",
                    "--output-dir", tmp_path)
