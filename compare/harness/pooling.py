@@ -44,7 +44,7 @@ class ProcessPlan:
 
     def spec(self, spec: dict[str, Any], index: int) -> dict[str, Any]:
         out = dict(spec, process_index=index, timing=process_timing(spec.get("timing", {}), self.count))
-        if index > 0:  # the cell keeps the first process's profile and counted work
+        if index > 0:  # the cell keeps the first process's profile, counted work and GEMM libraries
             out.update(explain=False, count_work=False)
         if self.store_root is not None:
             out.update(cache="warm", store_root=self.store_root, fresh_store=index == 0)
@@ -93,9 +93,8 @@ def pooled_crosscheck(checks: list[dict[str, Any] | None]) -> dict[str, Any] | N
     of their ratios (each process's tool median over its own timed median)."""
     if not checks or checks[0] is None:
         return None
-    missing = next((c for c in checks if c is None or "unavailable" in c), None)
-    if missing is not None:
-        return missing or {"unavailable": "a process made no cross-check"}
+    if any(c is None or "unavailable" in c for c in checks):
+        return next((c for c in checks if c and "unavailable" in c), {"unavailable": "a process made no cross-check"})
     return {"tool": checks[0]["tool"], "median_ms": statistics.median(c["median_ms"] for c in checks),
             "ratio": statistics.median(c["ratio"] for c in checks), "processes": len(checks),
             "runs": sum(c.get("runs", 0) for c in checks), "note": checks[0].get("note", "")}

@@ -362,26 +362,32 @@ def profile_kernels(compiled, prepared, median_ms: float, spec: dict[str, Any]) 
     profiler that fails costs the profile, never the cell's measured figures."""
     if not spec.get("explain"):
         return None
+    calls = max(3, min(50, int(2000 / max(median_ms, 1e-3))))
+    found = own_instrument("profile", "the profiler", lambda: compiled.profile(prepared, calls))
+    return found if "unavailable" in found else {**found, "timed_median_ms": median_ms}
+
+
+def own_instrument(phase: str, what: str, call) -> dict[str, Any]:
+    """A backend's own instrument (profiler, benchmark tool) after timing, as plain data; one
+    that is missing says why, and one that fails costs its own field, never the cell's figures."""
     import dataclasses
 
     from adapters.profiling import ProfileUnavailable
 
-    emit(phase="profile")
-    calls = max(3, min(50, int(2000 / max(median_ms, 1e-3))))
+    emit(phase=phase)
     try:
-        profile = compiled.profile(prepared, calls)
+        return dataclasses.asdict(call())
     except ProfileUnavailable as exc:
         return {"unavailable": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - any profiler error: the cell keeps its figures
-        return {"unavailable": f"the profiler failed: {one_line(exc)}"}
-    return {**dataclasses.asdict(profile), "timed_median_ms": median_ms}
+    except Exception as exc:  # noqa: BLE001 - any instrument error: the cell keeps its figures
+        return {"unavailable": f"{what} failed: {one_line(exc)}"}
 
 
 def gemm_libraries(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any] | None:
     """Which library ran the cell's GEMMs and convolutions (one untimed call of eager under
     torch.profiler says which kinds the graph holds); None where the backend cannot say."""
-    if spec["device"] != "cpu":
-        return None
+    if spec["device"] != "cpu" or not spec.get("count_work", True):
+        return None  # read from the graph like the counted work: the first process's are the cell's
     from adapters.eager import TorchCompiled
     from adapters.libraries import torch_libraries
 
@@ -403,18 +409,8 @@ def crosscheck_cell(compiled, prepared, median_ms: float, spec: dict[str, Any]) 
     or fails costs the cross-check, never the cell's figures."""
     if not spec.get("crosscheck"):
         return None
-    import dataclasses
-
-    from adapters.profiling import ProfileUnavailable
-
-    emit(phase="crosscheck")
-    try:
-        check = compiled.crosscheck(prepared, CROSSCHECK_S)
-    except ProfileUnavailable as exc:
-        return {"unavailable": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - any tool error: the cell keeps its figures
-        return {"unavailable": f"the tool failed: {one_line(exc)}"}
-    return {**dataclasses.asdict(check), "ratio": check.median_ms / median_ms}
+    found = own_instrument("crosscheck", "the tool", lambda: compiled.crosscheck(prepared, CROSSCHECK_S))
+    return found if "unavailable" in found else {**found, "ratio": found["median_ms"] / median_ms}
 
 
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
