@@ -257,7 +257,7 @@ def test_two_runs_at_once_share_logs_and_reports(tmp_path):
 @pytest.mark.skipif(__import__("importlib.util").util.find_spec("tvm") is None, reason="apache-tvm not installed")
 def test_two_runs_tune_one_log_without_double_counting(tmp_path):
     common = ["--backends", "tvm", "--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear",
-              "--size", "small", "--tvm-trials", "2",
+              "--size", "small", "--tvm-trials", "2", "--tvm-min-trials-per-task", "1",
               "--tuning-logs", tmp_path / "logs", *FAST, "--quiet"]
     procs = [_start(*common, "--output-dir", tmp_path / f"r{i}") for i in range(2)]
     for p in procs:
@@ -266,7 +266,7 @@ def test_two_runs_tune_one_log_without_double_counting(tmp_path):
     tunings = [next(c for c in load_results(tmp_path / f"r{i}")["cells"] if c["backend"] == "tvm")["info"]["tuning"]
                for i in range(2)]
     assert sorted(t["reused"] for t in tunings) == [False, True]  # one tuned, the other waited and reused
-    assert all(t["trials_budget_in_log"] == 2 for t in tunings)
+    assert all(t["trials_budget_in_log"] == 2 for t in tunings)  # not 4: the waiter tuned nothing more
     faults.record("two concurrent runs tuning one TVM log", 2, 0)
 
 

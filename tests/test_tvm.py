@@ -8,9 +8,10 @@ pytestmark = pytest.mark.skipif(
     __import__("importlib.util").util.find_spec("tvm") is None, reason="apache-tvm not installed"
 )
 
-# One operator -> one tuning task: real MetaSchedule tuning in well under a minute.
+# One operator -> one tuning task: real MetaSchedule tuning in well under a minute
+# (the per-task floor at 1, so the trial budgets below are the ones tuned).
 COMMON = ["--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear", "--size", "small",
-          "--tvm-trials", "4", "--time-budget", "0.3", "--min-samples", "3", "--reference-processes", "1"]
+          "--tvm-trials", "4", "--tvm-min-trials-per-task", "1", "--time-budget", "0.3", "--min-samples", "3", "--reference-processes", "1"]
 
 
 def _tvm_cell(out):
