@@ -87,6 +87,7 @@ def test_bad_sweep_options_are_one_line_usage_errors(argv, message, tmp_path):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # 55 s of real compiles; its bad options are tested above, its cells in CI
 def test_batch_and_dtype_sweep_make_one_cell_each(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--workload-file", TINY, "--workloads", "tiny_linear", "--size", "small",

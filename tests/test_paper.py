@@ -103,6 +103,7 @@ def paper_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # the paper command's real run (3 processes, the dynamic experiment, the ceilings): 144 s
 def test_paper_counts_inductor_recompiles(paper_run):
     records = {r["strategy"]: r for r in load_results(paper_run)["experiments"]["dynamic_shapes"]["records"]}
     assert {r["status"] for r in records.values()} == {"ok"}
@@ -116,6 +117,7 @@ def test_paper_counts_inductor_recompiles(paper_run):
     assert lo <= records["steady"]["slowdown"] <= hi
 
 
+@pytest.mark.slow
 def test_paper_fields_and_markdown(paper_run):
     data = load_results(paper_run)
     cell = next(c for c in data["cells"] if c["backend"] == "inductor")

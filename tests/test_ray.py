@@ -52,7 +52,8 @@ def test_ray_gives_the_same_cells_statuses_and_numerics(both):
 @pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm not installed")
 def test_records_tuned_by_one_task_are_reused_by_a_later_one(tmp_path):
     args = ["--backends", "tvm", "--workload-file", FIXTURES / "tiny_workloads.py", "--workloads", "tiny_linear",
-            "--size", "small", "--tvm-trials", "2", "--tvm-min-trials-per-task", "1", "--executor", "ray", "--tuning-logs", tmp_path / "logs",
+            "--size", "small", "--tvm-trials", "2", "--tvm-min-trials-per-task", "1", "--executor", "ray",
+            "--tuning-logs", tmp_path / "logs",
             *FAST, "--no-history"]
     first = run_cli(*args, "--output-dir", tmp_path / "a")
     second = run_cli(*args, "--output-dir", tmp_path / "b")
