@@ -32,6 +32,22 @@ def test_openvino_compiles_runs_and_agrees_with_its_configuration_recorded(cold)
         assert observed["INFERENCE_NUM_THREADS"] == 2 and observed["NUM_STREAMS"] == 1
         assert observed["INFERENCE_PRECISION_HINT"] == "f32" and observed["PERFORMANCE_HINT"] == "LATENCY"
         assert observed["SCHEDULING_CORE_TYPE"] == "ANY_CORE" and isinstance(observed["ENABLE_CPU_PINNING"], bool)
+        assert "ENABLE_CPU_PINNING" not in cell["settings"]  # OpenVINO's own default, read back above
+        assert cell["info"]["thread_pinning"]["threads"] >= 1
+
+
+def test_pinning_is_openvinos_unless_switched():
+    from pathlib import Path
+
+    from adapters.base import CompileContext
+    from adapters.openvino import OpenVinoBackend, OpenVinoOptions
+
+    def config(pinning):
+        ctx = CompileContext("mlp", "k", "cpu", 2, Path("."), options=OpenVinoOptions(openvino_pinning=pinning))
+        return OpenVinoBackend().config(ctx, "fp32")
+
+    assert "ENABLE_CPU_PINNING" not in config("default")
+    assert config("on")["ENABLE_CPU_PINNING"] is True and config("off")["ENABLE_CPU_PINNING"] is False
 
 
 def test_openvino_profile_names_the_plugin_layers(cold):

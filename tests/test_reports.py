@@ -189,3 +189,18 @@ def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
     assert list(lines["eager"].get_ydata()) == [10.0, 10.0]
     assert list(lines["best other: ort"].get_ydata()) == [6.0, 6.0]
     assert list(lines["tvm measured"].get_xdata()) == [24]
+
+
+@pytest.mark.unit
+def test_the_conditions_name_the_backends_that_pinned_their_threads():
+    from compare.report.text import conditions_line
+
+    res = _run({("a", "openvino"): [1.0] * 5, ("b", "openvino"): [1.0] * 5, ("a", "ort"): [1.0] * 5}, "r1")
+    assert "pinned by the backend" not in conditions_line(res)  # a run that did not record it says nothing
+    pinning = {("a", "openvino"): 1, ("b", "openvino"): 2, ("a", "ort"): 0}
+    for cell in res.cells:
+        cell.info = {"thread_pinning": {"threads": 4, "pinned": pinning[(cell.workload, cell.backend)]}}
+    assert conditions_line(res).endswith("threads pinned by the backend itself: openvino (2 of 4 threads)")
+    for cell in res.cells:
+        cell.info["thread_pinning"]["pinned"] = 0
+    assert conditions_line(res).endswith("threads pinned by the backend itself: none")

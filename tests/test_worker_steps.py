@@ -55,14 +55,16 @@ def test_a_backend_split_replaces_the_timed_phases_and_keeps_its_first_call(fake
     assert cell["status"] == "ok" and cell["numerics_ok"] is True
     assert cell["compile_phases"] == {"trace": 0.25, "codegen": 0.5, "first_call": 0.125}
     assert cell["compile_s"] == pytest.approx(0.875)
+    pinning = cell["info"].pop("thread_pinning")  # the worker's own reading, beside the backend's facts
     assert cell["cache"] == "hit" and cell["info"] == {"note": 1, "cache_evidence": {"files": 1}}
+    assert pinning["threads"] >= 1 and pinning["pinned"] == 0
 
 
 def test_the_worker_times_the_first_call_when_the_backend_did_not(fake_backends, tmp_path):
     cell = worker.measure_cell(_spec("plain", tmp_path, cache="warm"))
     assert list(cell["compile_phases"]) == ["wrap", "first_call"] and cell["compile_phases"]["first_call"] > 0
     assert cell["cache"] == "miss"  # warm, and the backend keeps no store: it built again
-    assert cell["tuning_s"] == 7.0 and cell["info"] == {}
+    assert cell["tuning_s"] == 7.0 and set(cell["info"]) == {"thread_pinning"}
     assert worker.measure_cell(_spec("plain", tmp_path))["cache"] == "cold"
 
 
@@ -81,3 +83,50 @@ def test_every_worker_imports_the_same_framework_modules_before_timing(tmp_path,
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True"]
     assert worker.COMMON_MODULES == ("torch.export", "torch._dynamo")
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two CPUs to pin one thread to one")
+def test_threads_a_backend_pinned_are_counted_and_the_others_are_not():
+    import os
+    import threading
+
+    cpus = os.sched_getaffinity(0)
+    bound, release = threading.Event(), threading.Event()
+
+    def pinned_worker():
+        os.sched_setaffinity(0, {min(cpus)})  # 0: the calling thread, as a pool's worker binds itself
+        bound.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=pinned_worker)
+    thread.start()
+    bound.wait(10)
+    try:
+        seen = worker.thread_pinning(cpus)
+    finally:
+        release.set()
+        thread.join()
+    assert seen["pinned"] == 1 and seen["threads"] >= 2 and seen["main_thread_pinned"] is False
+    assert worker.thread_pinning(cpus)["pinned"] == 0
+    assert worker._cpu_set("0-2,5") == {0, 1, 2, 5}
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two CPUs to pin one thread to one")
+def test_pinning_that_lasts_only_while_a_call_runs_is_seen():
+    import os
+    import time
+
+    cpus = os.sched_getaffinity(0)
+
+    class PinsWhileRunning:  # as OpenVINO's TBB workers: pinned on entering the arena, unpinned on leaving
+        def run(self, prepared):
+            os.sched_setaffinity(0, {min(cpus)})
+            time.sleep(0.02)
+            os.sched_setaffinity(0, cpus)
+
+        def synchronize(self):
+            pass
+
+    seen = worker.pinning_during_calls(PinsWhileRunning(), None, cpus)
+    assert seen["pinned"] == 1 and seen["main_thread_pinned"] is True
+    assert worker.thread_pinning(cpus)["pinned"] == 0  # idle, nothing shows

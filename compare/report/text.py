@@ -236,7 +236,21 @@ def conditions_line(results: RunResults) -> str:
             f"thread spin {cfg.get('thread_spin', 'default')}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}; "
-            f"TVM budget {tvm_budget(cfg.get('options', {}))}")
+            f"TVM budget {tvm_budget(cfg.get('options', {}))}{pinning_text(results)}")
+
+
+def pinning_text(results: RunResults) -> str:
+    """Which backends bound their threads to single CPUs themselves (each as its own
+    default does), as the workers read it from /proc; empty for runs that did not record it."""
+    found: dict[str, dict] = {}
+    for cell in results.cells:
+        seen = (cell.info or {}).get("thread_pinning") if cell.status == "ok" else None
+        if isinstance(seen, dict) and seen.get("pinned", 0) >= found.get(cell.backend, {}).get("pinned", 0):
+            found[cell.backend] = seen  # the cell where it pinned the most
+    if not found:
+        return ""
+    pinned = [f"{name} ({p['pinned']} of {p['threads']} threads)" for name, p in found.items() if p.get("pinned")]
+    return "; threads pinned by the backend itself: " + (", ".join(pinned) if pinned else "none")
 
 
 def _probe_text(probe: dict) -> str:

@@ -1,7 +1,7 @@
 """The child process that measures one (workload, backend) cell.
 
 The parent (``compare.harness.runner``) writes a spec file, starts
-``python -m compare.worker.steps SPEC RESULT`` in its own process group and waits
+``python -m compare.worker SPEC RESULT`` in its own process group and waits
 with a timeout. The worker reports progress as ``@@dlcompare {json}`` lines on
 stdout and writes its result atomically to RESULT. Whatever happens here (an
 exception, a crash, a hang) costs only this cell.
@@ -14,6 +14,7 @@ outputs checked once more after timing.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
@@ -73,6 +74,60 @@ def allocator_in_use() -> str:
             return name
     tuned = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
     return "glibc" + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(tuned.items())) + ")" if tuned else "")
+
+
+def thread_pinning(process_cpus: set[int]) -> dict[str, Any]:
+    """How many of this process's threads are bound, right now, to fewer CPUs than the
+    process was given (a backend's own pinning), read from /proc."""
+    pinned, total, main = 0, 0, False
+    for status in Path("/proc/self/task").glob("*/status"):
+        with contextlib.suppress(OSError, StopIteration):  # a thread that ended meanwhile
+            line = next(x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:"))
+            cpus = _cpu_set(line.split(":", 1)[1].strip())
+            total += 1
+            if cpus < process_cpus:
+                pinned += 1
+                main = main or status.parent.name == str(os.getpid())
+    return {"threads": total, "pinned": pinned, "main_thread_pinned": main}
+
+
+# Seconds of calls, after timing, while the pinning is read.
+PINNING_WATCH_S = 0.3
+
+
+def pinning_during_calls(compiled, prepared, process_cpus: set[int]) -> dict[str, Any]:
+    """The most threads seen pinned while the artifact runs, read every 10 ms from a
+    watcher thread: OpenVINO's TBB pins a worker when it enters the arena and unpins it
+    when it leaves, so an idle process shows none of its pinning."""
+    import threading
+
+    seen = [thread_pinning(process_cpus)]
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(0.01):
+            seen.append(thread_pinning(process_cpus))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    end = time.perf_counter() + PINNING_WATCH_S
+    try:
+        while time.perf_counter() < end:
+            compiled.run(prepared)
+            compiled.synchronize()
+    finally:
+        done.set()
+        watcher.join()
+    return max(seen, key=lambda s: s["pinned"])
+
+
+def _cpu_set(text: str) -> set[int]:
+    """``0-1,4`` -> {0, 1, 4}."""
+    cpus: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
 
 
 # ----------------------------------------------------------------------------- steps
@@ -415,6 +470,7 @@ def crosscheck_cell(compiled, prepared, median_ms: float, spec: dict[str, Any]) 
 
 def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one cell; returns the fields of ``compare.results.schema.Cell`` (the protocol's result)."""
+    process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
     backend, ctx, torch_import_s = prepare_worker(spec)
     if spec.get("experiment") == "dynamic":
         from compare.experiments import dynamic
@@ -439,6 +495,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
     libraries = gemm_libraries(compiled, prepared, setup, spec)
+    pinning = pinning_during_calls(compiled, prepared, process_cpus)
     if numerics["numerics_ok"] and not after["ok"]:
         numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
     return {
@@ -464,7 +521,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "crosscheck": crosscheck,
         "gemm_library": libraries,
         "cache": cache_verdict(backend, ctx, result, bool(spec.get("fresh_store"))),
-        "info": cell_info(result),
+        "info": {**cell_info(result), "thread_pinning": pinning},
     }
 
 
