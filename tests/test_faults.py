@@ -131,7 +131,11 @@ def test_killed_worker_then_resume(tmp_path):
 
     refused = run_cli("--resume", out, "--backends", "inductor")
     assert refused.returncode == 2 and "cannot resume" in refused.stderr
-    faults.record("resume with mismatched options", 1, 0)
+    # a backend's option the run made at its default (on), now off: one line, exit 2
+    refused = run_cli("--resume", out, "--tvm-fast-math", "off")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "--tvm-fast-math was on in that run, now off" in refused.stderr
+    faults.record("resume with mismatched options", 2, 0)
 
 
 def test_resume_refuses_corrupt_or_foreign_results(tmp_path):

@@ -50,3 +50,32 @@ def test_the_plan_covers_every_workload_backend_batch_and_dtype():
     config = _config(backends=["eager", "ort"], workloads=["mlp", "conv"], batches=[1, 8], dtypes=["fp32", "bf16"])
     plan = Runner(config).plan()
     assert len(plan) == 2 * 2 * 2 * 2 and plan[0] == ("mlp", "eager", 1, "fp32") and plan[1] == ("mlp", "ort", 1, "fp32")
+
+
+def test_a_changed_backend_option_or_report_option_refuses_and_no_flag_is_ignored():
+    stored_config = _config(options={"tvm_fast_math": "on"}, explain=False)
+    with pytest.raises(ResumeRefused, match="^--tvm-fast-math was on in that run, now off;"):
+        plan_resume(_stored(), stored_config, _config(options={"tvm_fast_math": "off"}),
+                    explicit={"--tvm-fast-math"}, now=dict(ENV))
+    # the same value given again is no change; an option the stored run predates is its default
+    plan_resume(_stored(), stored_config, _config(options={"tvm_fast_math": "on"}), explicit={"--tvm-fast-math"},
+                now=dict(ENV))
+    with pytest.raises(ResumeRefused, match="--onnx-opset was 20 in that run, now 18"):
+        plan_resume(_stored(), stored_config, _config(options={"onnx_opset": 18}), explicit={"--onnx-opset"},
+                    now=dict(ENV))
+    with pytest.raises(ResumeRefused, match="--explain was False in that run, now True"):
+        plan_resume(_stored(), stored_config, _config(explain=True), explicit={"--explain"}, now=dict(ENV))
+    with pytest.raises(ResumeRefused, match="--output-dir cannot be given with --resume"):
+        plan_resume(_stored(), stored_config, _config(), explicit={"--output-dir"}, now=dict(ENV))
+
+
+def test_every_run_flag_has_a_resume_rule():
+    """A new flag must be sorted into checked, overridable or neutral, or resume refuses it."""
+    from compare.cli import build_parser
+    from compare.harness import resume
+
+    parser = build_parser()
+    run = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["run"]
+    flags = {o for a in run._actions for o in a.option_strings if o.startswith("--")}
+    ruled = set(resume.CHECKED) | set(resume.OVERRIDABLE) | resume.NEUTRAL | set(resume.backend_option_flags())
+    assert flags - ruled == {"--output-dir"}  # refused with --resume: the run resumes in its own folder

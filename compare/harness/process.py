@@ -1,7 +1,7 @@
 """One worker process, seen from the parent: start it, read its events, send it
 commands, and turn however it ended into a cell status.
 
-The worker (``python -m compare.worker.steps SPEC RESULT``) runs in its own process group,
+The worker (``python -m compare.worker SPEC RESULT``) runs in its own process group,
 reports ``@@dlcompare {json}`` events on stdout (its other output goes to the cell's
 log) and writes its result atomically to RESULT. A crash, a hang or an out-of-memory
 kill becomes ``failed``, ``timeout`` or ``out_of_memory`` with a one-line reason.

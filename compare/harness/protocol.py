@@ -1,6 +1,6 @@
 """What the parent and a worker say to each other, and how a cell ends.
 
-The worker (``python -m compare.worker.steps SPEC RESULT``) gets its spec as a JSON file,
+The worker (``python -m compare.worker SPEC RESULT``) gets its spec as a JSON file,
 reports events as ``@@dlcompare {json}`` lines on stdout, takes timing commands as JSON
 lines on stdin when its cells are interleaved, and writes its result (the fields of
 ``compare.results.schema.Cell``) to RESULT. Both sides import this module and nothing else of

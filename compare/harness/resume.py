@@ -12,14 +12,20 @@ from compare.results.schema import RunResults
 
 # flag -> RunConfig field: must match the stored run when given
 CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
-           "--batch": "batches", "--dtype": "dtypes", "--suite": "suite",
+           "--batch": "batches", "--dtype": "dtypes", "--suite": "suite", "--workload-file": "workload_files",
            "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
-           "--processes": "processes", "--thread-spin": "thread_spin",
-           "--reference-processes": "reference_processes", "--affinity": "affinity"}
+           "--system-malloc": "allocator", "--processes": "processes", "--thread-spin": "thread_spin",
+           "--reference-processes": "reference_processes", "--affinity": "affinity",
+           "--numerics-draws": "numerics_draws", "--roofline": "roofline", "--tuning-logs": "cache_root",
+           "--executor": "executor", "--ray-share-cores": "ray_share_cores",
+           # reporting only, but the kept cells were made without (or with) it: refused, never ignored
+           "--explain": "explain", "--crosscheck": "crosscheck"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
 OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
                "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",
-               "--interleave": "interleave", "--noise-probe": "noise_probe_s"}
+               "--interleave": "interleave", "--noise-probe": "noise_probe_s", "--ray-address": "ray_address"}
+# Flags that say how to run this command, not what a cell is: always fine.
+NEUTRAL = {"--resume", "--quiet", "--history", "--no-history", "--help", "--list"}
 
 
 class ResumeRefused(ValueError):
@@ -40,6 +46,15 @@ def plan_resume(stored: RunResults, config, requested, explicit: set[str], now: 
         if flag in explicit and getattr(requested, attr) != getattr(config, attr):
             raise ResumeRefused(f"{flag} was {getattr(config, attr)} in that run, now {getattr(requested, attr)}; "
                                 "start a new run instead")
+    options = backend_option_flags()
+    for flag, (name, default) in options.items():
+        then, asked = config.options.get(name, default), requested.options.get(name, default)
+        if flag in explicit and asked != then:
+            raise ResumeRefused(f"{flag} was {_shown(then)} in that run, now {_shown(asked)}; start a new run instead")
+    unknown = sorted(explicit - set(CHECKED) - set(OVERRIDABLE) - NEUTRAL - set(options))
+    if unknown:
+        raise ResumeRefused(f"{unknown[0]} cannot be given with --resume (it is not checked against the "
+                            "stored run); start a new run instead")
     for flag, attr in OVERRIDABLE.items():
         if flag in explicit:
             setattr(config, attr, getattr(requested, attr))
@@ -55,3 +70,15 @@ def plan_resume(stored: RunResults, config, requested, explicit: set[str], now: 
     rerun = len(stored.cells) - len(kept)
     stored.cells, stored.state = kept, "running"
     return ResumePlan(stored, config, rerun)
+
+
+def backend_option_flags() -> dict[str, tuple[str, Any]]:
+    """``--flag`` -> (config.options name, default) for every backend's CLI option."""
+    from adapters import backend_classes
+
+    return {f"--{f.metadata['flag']}": (f.name, f.default)
+            for cls in backend_classes().values() for f in cls.options_type.cli_fields()}
+
+
+def _shown(value: Any) -> str:
+    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
