@@ -28,8 +28,14 @@ def _builtin() -> list[type[Backend]]:
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
         found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if issubclass(cls, Backend) and cls.name and cls.__module__ == module.__name__]
+                  if issubclass(cls, Backend) and cls.name and _defined_in(cls, module.__name__, info.ispkg)]
     return found
+
+
+def _defined_in(cls: type, module: str, package: bool) -> bool:
+    """In that module, or in a backend package's own modules (adapters/tvm/): a backend
+    imported from elsewhere is found where it is defined, once."""
+    return cls.__module__ == module or (package and cls.__module__.startswith(module + "."))
 
 
 def _installed() -> list[type[Backend]]:

@@ -21,12 +21,13 @@ def run(**options: Any) -> RunResults:
     from compare import cli
     from compare.config import UsageError, make_config
     from compare.harness.runner import Runner
+    from compare.report.outputs import write_outputs
 
     try:
         config = make_config(cli.parse(["run", *_argv(options)]))
     except (UsageError, ValueError) as exc:
         raise ValueError(str(exc)) from None
-    return Runner(config).run()
+    return Runner(config, write=write_outputs).run()
 
 
 def load(run_dir: str | Path) -> RunResults:

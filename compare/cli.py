@@ -352,7 +352,7 @@ COMMANDS = {
     "crosscheck": module_command("report.crosscheck"),
     "stability": module_command("report.stability"),
     "system": module_command("experiments.system"),
-    "bisect": module_command("experiments.bisect"),
+    "bisect": module_command("bisect"),
     "history": cmd_history,
     "tuning-logs": module_command("tuning_logs"),
     "noise": module_command("experiments.noise", "seconds"),

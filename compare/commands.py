@@ -21,6 +21,7 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     from rich.console import Console
 
     from compare.harness.runner import RunInterrupted, Runner
+    from compare.report.outputs import write_outputs
     from compare.report.text import problems, rich_geomean_table, rich_table
 
     stored = None
@@ -33,7 +34,7 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
         config = make_config(args)
     console = Console(stderr=True)
     progress = None if args.quiet else RichProgress(console)
-    runner = Runner(config, progress)
+    runner = Runner(config, progress, write=write_outputs)
 
     received = {"signal": None}
 
@@ -121,15 +122,11 @@ def finalize_outputs(results, config, args, console) -> None:
     a failure here is reported but never touches results.json."""
     if results is None:
         return
-    from compare.report.html import write_html
+    from compare.report.outputs import write_outputs
 
     out_dir = Path(config.output_dir)
     try:
-        write_html(results, out_dir)
-        if args.command == "paper":
-            from compare.report.paper import write_paper
-
-            write_paper(results, out_dir)
+        write_outputs(results, out_dir, record=False, reports=True)  # results.json: saved by the runner
     except Exception as exc:  # a plotting bug must not cost the measured results
         console.print(f"[yellow]warning:[/yellow] report not written: {type(exc).__name__}: {exc}")
     if not args.no_history:
@@ -187,8 +184,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    from compare.report.html import write_html
-    from compare.report.text import rich_geomean_table, rich_table, write_tables
+    from compare.report.outputs import write_outputs
+    from compare.report.text import rich_geomean_table, rich_table
     from compare.results.derived import fill_derived
     from compare.results.schema import RunResults
 
@@ -197,12 +194,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if run_dir.is_file():
         run_dir = run_dir.parent
-    write_tables(results, run_dir)
-    write_html(results, run_dir)
-    if "dynamic_shapes" in results.experiments or "roofline_ceilings" in results.experiments:
-        from compare.report.paper import write_paper
-
-        write_paper(results, run_dir)
+    write_outputs(results, run_dir, record=False, reports=True)  # results.json stays as measured
     console = wide_console()
     console.print(rich_table(results))
     geo = rich_geomean_table(results)

@@ -53,8 +53,8 @@ def _check_output_dir(path: Path) -> None:
 def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     """The run's RunConfig from the command line; every bad input is a UsageError (or a
     WorkloadError) in one line, before anything runs."""
+    from compare.harness.environment import available_cores
     from compare.harness.runner import RunConfig
-    from compare.results.environment import available_cores
 
     backends = _checked_backends(args.backends)
     workloads = _checked_workloads(args)
@@ -172,9 +172,9 @@ def resume_state(args: argparse.Namespace):
     """The stored run, its config and how many transient cells run again; refuses
     (UsageError) when what was asked or the machine no longer matches the run
     (``compare.harness.resume``)."""
+    from compare.harness import environment
     from compare.harness.resume import ResumeRefused, plan_resume
     from compare.harness.runner import RunConfig
-    from compare.results import environment
     from compare.results.schema import RunResults
 
     stored = RunResults.load(args.resume)

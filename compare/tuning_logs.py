@@ -8,7 +8,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from adapters.tuning_store import META_FILE, RECORD_FILE, WORKLOAD_FILE, TuningLogError, TuningLogStore, list_logs, read_records
+from adapters.tvm.log_store import META_FILE, RECORD_FILE, WORKLOAD_FILE, TuningLogError, TuningLogStore, list_logs, read_records
 
 LOG_FILES = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
 

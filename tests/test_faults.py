@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import faults
 from adapters import artifacts
-from adapters.tuning_store import RECORD_FILE, TuningLogStore
+from adapters.tvm.log_store import RECORD_FILE, TuningLogStore
 from compare.cli import main as cli_main
 from compare.results.schema import ResultsError, RunResults
 from conftest import FAST, FIXTURES, ROOT, load_results, run_cli, with_test_defaults

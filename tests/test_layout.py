@@ -1,5 +1,6 @@
-"""The architecture, kept: no import cycle among the project's modules, and a parent
-side (planning, running, recording, reporting) that never loads torch or a compiler."""
+"""The architecture, kept: layers that only import downward, no import cycle among the
+project's modules, and a parent side (planning, running, recording, reporting) that never
+loads torch or a compiler."""
 import ast
 import json
 import subprocess
@@ -19,6 +20,29 @@ PARENT_MODULES = tuple(sorted(
     ".".join(f.relative_to(ROOT).with_suffix("").parts) for pkg in PARENT_PACKAGES for f in (ROOT / pkg).glob("[!_]*.py")
 )) + ("compare.cli", "compare.commands", "compare.config", "compare.api", "adapters")
 HEAVY = ("torch", "tvm", "onnxruntime", "iree", "openvino")  # the bare "iree" namespace is only a folder
+
+
+# From the bottom. A module may import its own layer and those below it, never above.
+LAYERS = (
+    ("compare.measure", "compare.results"),  # plain data and pure functions
+    ("adapters", "workloads"),  # how to lower and run one backend; what is run
+    ("compare.worker", "compare.experiments"),  # the worker side: one cell, one experiment
+    ("compare.harness",),  # the parent: plans, runs workers, records
+    ("compare.report",),  # reads results, never measures
+    ("compare",),  # commands, cli, api, config, bisect, tuning_logs: the entry points
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest prefix that names ``module``'s package."""
+    matches = [(len(prefix), index) for index, prefixes in enumerate(LAYERS) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} -> {dep}" for module, deps in graph.items() for dep in deps
+                  if layer_of(dep) > layer_of(module))
 
 
 def _module_name(path: Path) -> str:
@@ -88,6 +112,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_import_points_down():
+    assert upward_imports(import_graph()) == []
+
+
+def test_an_upward_import_is_found():
+    assert upward_imports({"compare.results.schema": {"compare.harness.runner"}, "compare.harness.runner": set()}) == [
+        "compare.results.schema -> compare.harness.runner"]
 
 
 def test_no_import_cycle():

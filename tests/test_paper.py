@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from compare.experiments.dynamic import shape_plan, summarize_records
-from compare.experiments.roofline import count_work, place
+from compare.experiments.roofline import count_work
+from compare.measure.roofline import place
 from compare.results.derived import amortization_curve
 from conftest import load_results, run_cli
 from workloads import builtin_workloads
@@ -57,7 +58,7 @@ def test_transcendental_ops_are_counted_so_a_chain_of_them_is_compute_bound():
 
 @pytest.mark.unit
 def test_ceiling_check_names_cells_above_a_ceiling():
-    from compare.experiments.roofline import ceiling_check
+    from compare.measure.roofline import ceiling_check
     from compare.results.schema import Cell
 
     ceilings = {"peak_gflops": 10.0, "peak_gbps": 5.0, "last_level_cache_mb": 32.0}

@@ -29,7 +29,7 @@ def plugin_path(tmp_path):
 
 @pytest.mark.unit
 def test_the_entry_point_backend_is_found_with_its_option_and_package(plugin_path):
-    code = ("import json; from adapters import backend_names; from compare import cli; from compare.results import environment\n"
+    code = ("import json; from adapters import backend_names; from compare import cli; from compare.harness import environment\n"
             "help = cli.build_parser().parse_args(['run', '--echo-note', 'x']).echo_note\n"
             "print(json.dumps([backend_names(), help, environment.tracked_distributions()]))")
     env = dict(os.environ, PYTHONPATH=plugin_path)

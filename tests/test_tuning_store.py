@@ -6,7 +6,7 @@ import pytest
 from filelock import Timeout
 
 from adapters.base import target_key
-from adapters.tuning_store import META_FILE, RECORD_FILE, WORKLOAD_FILE, TuningLogStore, list_logs
+from adapters.tvm.log_store import META_FILE, RECORD_FILE, WORKLOAD_FILE, TuningLogStore, list_logs
 from conftest import run_cli
 
 TKEY = "cpu_llvm-znver5_2t_tvm0.27.0.post1"

@@ -1,7 +1,7 @@
 """TVM with real MetaSchedule tuning (tiny budgets, small shapes)."""
 import pytest
 
-from adapters.tuning_store import RECORD_FILE
+from adapters.tvm.log_store import RECORD_FILE
 from conftest import FAST, FIXTURES, load_results, run_cli
 
 pytestmark = pytest.mark.skipif(

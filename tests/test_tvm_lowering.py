@@ -23,7 +23,7 @@ class LastToken(torch.nn.Module):
 def _relax(module, inputs, canonicalize: bool):
     from tvm.relax.frontend.torch import from_exported_program
 
-    from adapters.tvm import canonicalize_negative_indices
+    from adapters.tvm.backend import canonicalize_negative_indices
 
     exported = torch.export.export(module, tuple(inputs))
     if canonicalize:
@@ -35,8 +35,8 @@ def _run(mod, inputs, schedules: bool = True):
     import tvm
     from tvm import relax
 
-    from adapters.tvm import _TvmBase
-    from adapters.tvm_schedules import default_cpu_schedules
+    from adapters.tvm.backend import _TvmBase
+    from adapters.tvm.schedules import default_cpu_schedules
 
     target, _ = _TvmBase.host_target(1)
     with target:
@@ -71,8 +71,8 @@ def test_default_schedules_leave_no_function_unscheduled(last_token):
     import tvm
     from tvm import relax
 
-    from adapters.tvm import _TvmBase
-    from adapters.tvm_schedules import default_cpu_schedules, unscheduled
+    from adapters.tvm.backend import _TvmBase
+    from adapters.tvm.schedules import default_cpu_schedules, unscheduled
 
     module, inputs, expected = last_token
     target, _ = _TvmBase.host_target(2)
@@ -92,8 +92,8 @@ def test_default_schedules_off_keeps_the_naked_build_and_says_so(last_token):
 
     from tvm import relax
 
-    from adapters.tvm import TvmOptions, _TvmBase
-    from adapters.tvm_schedules import unscheduled
+    from adapters.tvm.backend import TvmOptions, _TvmBase
+    from adapters.tvm.schedules import unscheduled
 
     module, inputs, _ = last_token
     target, _ = _TvmBase.host_target(2)

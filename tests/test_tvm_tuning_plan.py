@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters.tvm_tuning import SearchSettings, TuningBudget, budget_spent, estimated_latency_ms, fixed_space_size, round_best_ms
+from adapters.tvm.tuning import SearchSettings, TuningBudget, budget_spent, estimated_latency_ms, fixed_space_size, round_best_ms
 
 pytestmark = pytest.mark.unit
 

@@ -103,25 +103,6 @@ def count_work(model, inputs: Sequence[Any], outputs: Sequence[Any]) -> dict[str
             "min_bytes": sum(parts.values()), "bytes_by_part": parts}
 
 
-def place(work: dict[str, Any] | None, latency_ms: float | None, ceilings: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Achieved rates and the fraction of the roofline bound reached (1.0 = at the roof)."""
-    if not work or not latency_ms or not ceilings:
-        return None
-    seconds = latency_ms / 1e3
-    peak_flops = ceilings["peak_gflops"] * 1e9
-    peak_bw = ceilings["peak_gbps"] * 1e9
-    flops, nbytes = work["flops"], work["min_bytes"]
-    bound_s = max(flops / peak_flops, nbytes / peak_bw)
-    return {
-        "achieved_gflops": flops / seconds / 1e9,
-        "achieved_gbps": nbytes / seconds / 1e9,
-        "arithmetic_intensity": flops / nbytes if nbytes else None,
-        "bound": "compute" if flops / peak_flops >= nbytes / peak_bw else "memory",
-        "bound_ms": bound_s * 1e3,
-        "fraction_of_roofline": bound_s / seconds,
-    }
-
-
 def measure_ceilings(threads: int, seconds: float = 1.0) -> dict[str, Any]:
     import torch
 
@@ -207,28 +188,6 @@ def last_level_cache_mb() -> float | None:
         if text and text[-1] in units:
             sizes.append(float(text[:-1]) * units[text[-1]])
     return max(sizes) if sizes else None
-
-
-def ceiling_check(results_cells, ceilings: dict[str, Any]) -> list[str]:
-    """Cells whose achieved rate exceeds a measured ceiling, each with the likely reason:
-    the ceilings bound what every backend reached, or this says where they do not."""
-    notes = []
-    llc = ceilings.get("last_level_cache_mb")
-    for cell in results_cells:
-        placed = cell.roofline
-        if not placed:
-            continue
-        if placed["achieved_gflops"] > ceilings["peak_gflops"]:
-            notes.append(f"{cell.label} / {cell.backend}: {placed['achieved_gflops']:.1f} GFLOP/s exceeds the "
-                         f"compute ceiling (counted FLOPs are estimates for pointwise ops; the matmul ceiling "
-                         f"is not the machine's peak)")
-        if placed["achieved_gbps"] > ceilings["peak_gbps"]:
-            mb = cell.work["min_bytes"] / 2**20
-            why = (f"its {mb:.1f} MB fit in the {llc:.0f} MB last-level cache" if llc and mb < llc
-                   else "data reuse from caches")
-            notes.append(f"{cell.label} / {cell.backend}: {placed['achieved_gbps']:.1f} GB/s exceeds the DRAM "
-                         f"ceiling: {why}")
-    return notes
 
 
 def _best_time(fn, seconds: float) -> float:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compare.results import environment
+from compare.harness import environment
 from compare.results.schema import Cell, ResultsError, variant_label
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from compare.harness import protocol
 from compare.harness.process import WorkerProcess
+from compare.results import protocol
 
 SLICE_S = 0.25  # seconds of sampling per turn
 # The reference's rounds are short (eager alone), so it takes many more per turn than a
@@ -95,16 +95,18 @@ def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], r
     workers: list[WorkerProcess | None] = [None] * len(starts)
     imported: list[bool] = []
     if concurrent_imports:
-        workers = [start() for start in starts]
-        for worker in workers:
+        started = [start() for start in starts]
+        for process in started:
             if on_worker:
-                on_worker(worker)
-        imported = [wait_for(worker, "imported", timeout_s) is not None for worker in workers]
+                on_worker(process)
+        imported = [wait_for(process, "imported", timeout_s) is not None for process in started]
+        workers = list(started)
     members: list[Member] = []
     failed: set[str] = set()
     for index, start in enumerate(starts):
         worker = workers[index]
         if concurrent_imports:
+            assert worker is not None  # started above
             if not (imported[index] and worker.send(protocol.compile_command())):
                 continue  # it died importing: collect() says how
         elif cells[index] in failed:

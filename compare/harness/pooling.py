@@ -95,9 +95,10 @@ def pooled_crosscheck(checks: list[dict[str, Any] | None]) -> dict[str, Any] | N
         return None
     if any(c is None or "unavailable" in c for c in checks):
         return next((c for c in checks if c and "unavailable" in c), {"unavailable": "a process made no cross-check"})
-    return {"tool": checks[0]["tool"], "median_ms": statistics.median(c["median_ms"] for c in checks),
-            "ratio": statistics.median(c["ratio"] for c in checks), "processes": len(checks),
-            "runs": sum(c.get("runs", 0) for c in checks), "note": checks[0].get("note", "")}
+    made = [c for c in checks if c is not None]  # all of them, by the test above
+    return {"tool": made[0]["tool"], "median_ms": statistics.median(c["median_ms"] for c in made),
+            "ratio": statistics.median(c["ratio"] for c in made), "processes": len(made),
+            "runs": sum(c.get("runs", 0) for c in made), "note": made[0].get("note", "")}
 
 
 def _pooled(runs: list[dict[str, Any]], field: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from compare.harness import protocol
+from compare.results import protocol
 
 
 class WorkerProcess:
@@ -53,6 +53,7 @@ class WorkerProcess:
         self._reader.start()
 
     def _read_events(self) -> None:
+        assert self.proc.stdout is not None  # opened with stdout=PIPE
         try:
             for line in self.proc.stdout:
                 event = protocol.decode_event(line)
@@ -86,6 +87,7 @@ class WorkerProcess:
 
     def send(self, command: dict[str, Any]) -> bool:
         """One protocol command (``protocol.rounds_command`` or ``finish_command``)."""
+        assert self.proc.stdin is not None  # opened with stdin=PIPE
         try:
             self.proc.stdin.write(protocol.encode_command(command))
             self.proc.stdin.flush()

@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compare.harness import protocol
 from compare.harness.cells import cell_from_worker
 from compare.harness.executor import CellGroup, Executor, RunInterrupted
+from compare.results import protocol
 
 NODE_LOST = "worker killed by node loss"
 

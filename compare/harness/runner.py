@@ -14,13 +14,13 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
+from compare.harness import environment
 from compare.harness.allocators import GLIBC_TUNED_ENV
 from compare.harness.cells import ALLOCATOR_VARS, CellSpecs, worker_env
 from compare.harness.executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
 from compare.harness.process import last_line
-from compare.results import environment
 from compare.results.schema import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
 
 __all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
@@ -111,8 +111,12 @@ class SilentProgress:
 class Runner:
     """Plans the cells, has an executor run them, records every cell as it ends."""
 
-    def __init__(self, config: RunConfig, progress: Progress | None = None):
+    def __init__(self, config: RunConfig, progress: Progress | None = None,
+                 write: Callable[[RunResults, Path], None] | None = None):
+        """``write`` saves the results after every cell (the report layer's writer, which
+        adds the tables); by default only results.json is written."""
         self.config = config
+        self.write = write or (lambda results, out: atomic_write_json(out / "results.json", results.to_dict()))
         self.progress = progress or SilentProgress()
         self.output_dir = Path(config.output_dir)
         self.specs = CellSpecs(config)
@@ -231,14 +235,12 @@ class Runner:
         self.progress.cell_started(done + 1, total, label, backend)
 
     def save(self, results: RunResults) -> None:
-        from compare.report.text import write_tables
         from compare.results.derived import fill_derived
 
         fill_derived(results)
         self.last_results = results
         try:
-            atomic_write_json(self.output_dir / "results.json", results.to_dict())
-            write_tables(results, self.output_dir)
+            self.write(results, self.output_dir)
         except OSError as exc:
             self._kill_current()
             raise OutputError(f"cannot write to {self.output_dir} ({exc.strerror or exc}); "

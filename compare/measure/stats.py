@@ -95,7 +95,7 @@ def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], g
     processes, not the samples, are the independent units."""
     ref_arr, cand_arr, groups = _paired(ref, cand, groups)
     rng = np.random.default_rng(seed)
-    offsets = np.cumsum([0] + groups[:-1])
+    offsets = np.cumsum([0, *groups[:-1]])
     within = [offset + block_indices(rng, count, block, resamples) for offset, count in zip(offsets, groups)]
     if len(groups) == 1:
         index = within[0]

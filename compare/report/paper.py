@@ -152,7 +152,7 @@ def _roofline_section(cells, experiments: dict[str, Any]) -> list[str]:
     out = ["", "## 6. Roofline", ""]
     if not ceilings:
         return out + [f"(ceilings not measured: {experiments.get('roofline_ceilings_error', 'not run')})"]
-    from compare.experiments.roofline import ceiling_check
+    from compare.measure.roofline import ceiling_check
 
     out.append(f"Ceilings of this machine: compute {ceilings['peak_gflops']:.1f} GFLOP/s "
                f"({ceilings.get('compute_source', ceilings['method'])}); memory {ceilings['peak_gbps']:.1f} GB/s "

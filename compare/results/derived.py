@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from compare.experiments.roofline import place
+from compare.measure.roofline import place
 from compare.measure.stats import (
     INTERVAL_TAIL,
     NOISY_REL_IQR,
@@ -49,7 +49,7 @@ def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
     """How the speedup's interval resamples this cell: its processes, then blocks of
     consecutive rounds that last at least the machine's correlation time."""
     groups = cell.process_samples or ([cell.latency.n] if cell.latency else [])
-    rounds_s = [p.get("round_s") for p in (cell.processes or []) if p.get("round_s")]
+    rounds_s = [float(p["round_s"]) for p in (cell.processes or []) if p.get("round_s")]
     round_s = statistics.median(rounds_s) if rounds_s else None
     block = min(block_rounds(correlation_s, round_s), min(groups, default=1))
     return {"method": "hierarchical bootstrap: processes, then blocks of rounds; percentile",

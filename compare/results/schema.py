@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from compare.harness.protocol import STATUSES, TRANSIENT_STATUSES
 from compare.results.files import atomic_write_text
+from compare.results.protocol import STATUSES, TRANSIENT_STATUSES
 
 SCHEMA_VERSION = 6
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compare.harness import protocol
 from compare.measure import memory
 from compare.measure.numerics import torch_dtype
+from compare.results import protocol
 
 
 def emit(**event: Any) -> None:
@@ -532,7 +532,8 @@ def _delta(value: float | None, base: float | None) -> float | None:
 def _to_jsonable(result: dict[str, Any]) -> dict[str, Any]:
     import dataclasses
 
-    return {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in result.items()}
+    return {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v)
+            for k, v in result.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

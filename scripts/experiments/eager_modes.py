@@ -43,8 +43,8 @@ CONDITIONS = {
 def worker_environment(allocator: str) -> tuple[dict, int]:
     from compare.harness.allocators import allocator_env, resolve
     from compare.harness.cells import worker_env
+    from compare.harness.environment import available_cores
     from compare.harness.runner import RunConfig
-    from compare.results.environment import available_cores
 
     name = resolve(allocator)
     threads = min(2, available_cores())  # process_spread's child runs 2 threads

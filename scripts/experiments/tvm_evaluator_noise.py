@@ -20,8 +20,8 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
-from adapters.tvm import _TvmBase
-from adapters.tvm_schedules import default_cpu_schedules
+from adapters.tvm.backend import _TvmBase
+from adapters.tvm.schedules import default_cpu_schedules
 from workloads import build_model, builtin_workloads, make_inputs
 
 target, _ = _TvmBase.host_target(2)

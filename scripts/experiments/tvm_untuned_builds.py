@@ -20,9 +20,9 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 from tvm.relax.frontend.torch import from_exported_program  # noqa: E402
 
-from adapters.tvm import _TvmBase  # noqa: E402
-from adapters.tvm_math import math_passes  # noqa: E402
-from adapters.tvm_schedules import default_cpu_schedules, unscheduled  # noqa: E402
+from adapters.tvm.backend import _TvmBase  # noqa: E402
+from adapters.tvm.fast_math import math_passes  # noqa: E402
+from adapters.tvm.schedules import default_cpu_schedules, unscheduled  # noqa: E402
 from workloads import build_model, builtin_workloads, make_inputs  # noqa: E402
 
 LIBM = re.compile(r"call\w*\s+\*?((?:sin|cos|sincos|exp|log|tanh|erf|pow)f?)\b")

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout (compare/results/environment.py)
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout (compare/harness/environment.py)
 
 # Environment variables that change how fast code runs; every worker gets the same.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TVM_NUM_THREADS")

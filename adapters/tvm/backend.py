@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import (
+from ..base import (
     Backend,
     BackendOptions,
     BackendUnavailable,
@@ -34,8 +34,8 @@ from .base import (
     option,
     target_key,
 )
-from .profiling import CrossCheck, KernelProfile, ProfileUnavailable, fused_kernel_ops, per_call, wall_ms_per_call
-from .tuning_store import TuningLogStore
+from ..profiling import CrossCheck, KernelProfile, ProfileUnavailable, fused_kernel_ops, per_call, wall_ms_per_call
+from .log_store import TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
 BAD_FFI_PREFIXES = ("0.1.15",)
@@ -227,7 +227,7 @@ class _TvmBase(Backend):
         """dlight's CPU rules and a parallel-and-vectorize fallback for every function
         without a schedule; the cell records which functions were left unscheduled and
         which got a default schedule (``--tvm-default-schedules off`` keeps the naked build)."""
-        from .tvm_schedules import default_cpu_schedules, unscheduled
+        from .schedules import default_cpu_schedules, unscheduled
 
         before = unscheduled(mod)
         if default_schedules_on(ctx):
@@ -306,9 +306,9 @@ class TvmBackend(_TvmBase):
             "this experiment's budget; see tvm-untuned for TVM's specialize vs symbolic figures")
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
-        from . import tvm_inspect
+        from . import inspection
 
-        tvm_inspect.install()
+        inspection.install()
         mod = self.import_relax(module, example_inputs, ctx)
         target, target_info, tkey = self.tuning_target(ctx)
         with ctx.phase("build"):
@@ -357,8 +357,8 @@ class TvmBackend(_TvmBase):
         import tvm_ffi
         from tvm.s_tir import meta_schedule as ms
 
-        from . import tvm_inspect, tvm_tuning
-        from .tvm_tuning import SearchSettings, TuningBudget
+        from . import inspection, tuning
+        from .tuning import SearchSettings, TuningBudget
 
         trials = TuningBudget.planned(int(ctx.options.tvm_trials), len(tasks),
                                       int(ctx.options.tvm_min_trials_per_task)).trials
@@ -385,9 +385,9 @@ class TvmBackend(_TvmBase):
             outcome = None
             with ctx.phase("tune"):
                 if budget.trials > 0 and tasks:
-                    outcome = tvm_tuning.tune(mod, target, str(scratch), budget,
+                    outcome = tuning.tune(mod, target, str(scratch), budget,
                                               SearchSettings.for_budget(budget, len(tasks)),
-                                              seed=ctx.seed, initializer=tvm_inspect.install)
+                                              seed=ctx.seed, initializer=inspection.install)
             tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if outcome else 0.0)
             if outcome:
                 store.commit(scratch, {"trials_budget": budget_done + budget.trials, "tasks": len(tasks),
@@ -444,8 +444,8 @@ def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, 
 
 def math_passes(ctx: CompileContext) -> list:
     """Vectorizable exp, tanh, erf, softmax and GELU unless ``--tvm-fast-math off``
-    (adapters/tvm_math.py)."""
-    from .tvm_math import math_passes as passes
+    (adapters/tvm/fast_math.py)."""
+    from .fast_math import math_passes as passes
 
     return passes(fast_math_on(ctx))
 

@@ -1,0 +1,91 @@
+"""``python -m compare bisect RUN_DIR --cell WORKLOAD/BACKEND``, the parent: it plans the
+cell exactly as the run did, starts the bisect worker (``python -m
+compare.experiments.bisect SPEC``, which does the work: see that module) and prints what it
+found. A command, above the harness it plans with."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def cell_spec(run_dir: Path, cell_name: str) -> dict[str, Any]:
+    """The worker spec of ``WORKLOAD/BACKEND`` in a stored run, as the run planned it."""
+    from compare.config import UsageError
+    from compare.harness.cells import CellSpecs
+    from compare.harness.runner import RunConfig
+    from compare.results.schema import RunResults
+    from workloads import resolve_workloads
+
+    label, _, backend = cell_name.rpartition("/")
+    results = RunResults.load(run_dir)
+    cell = next((c for c in results.cells if c.label == label and c.backend == backend), None)
+    if cell is None or backend == "eager":
+        known = ", ".join(f"{c.label}/{c.backend}" for c in results.cells if c.backend != "eager")
+        raise UsageError(f"no cell {cell_name!r} to bisect in {run_dir} (cells: {known or 'none'})")
+    try:
+        config = RunConfig(**results.config)
+    except TypeError as exc:
+        raise UsageError(f"{run_dir}: its config cannot be read by this dlcompare ({exc})") from None
+    (workload,) = resolve_workloads([cell.workload], config.workload_files, "all")
+    spec = CellSpecs(config).spec(workload, backend, batch=cell.batch, dtype=cell.dtype)
+    return {**spec, "label": label, "numerics_ok": cell.numerics_ok, "env": CellSpecs(config).env()}
+
+
+def run(args, console) -> int:
+    from compare.config import UsageError
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "results.json").is_file() and not run_dir.is_file():
+        raise UsageError(f"{run_dir}: no results.json there")
+    spec = cell_spec(run_dir if run_dir.is_dir() else run_dir.parent, args.cell)
+    out = (run_dir if run_dir.is_dir() else run_dir.parent) / "bisect" / f"{spec['label']}.{spec['backend']}"
+    out.mkdir(parents=True, exist_ok=True)
+    env = spec.pop("env")  # the worker's environment, as the run's workers had it (not written to disk)
+    spec.update(out_dir=str(out.resolve()), work_dir=tempfile.mkdtemp(prefix="dlcompare-bisect-"), factor=args.factor)
+    (out / "spec.json").write_text(json.dumps(spec, indent=1))
+    if spec["numerics_ok"]:
+        console.print(f"{args.cell} agreed with eager in the run; bisecting on demand", highlight=False)
+    found = out / "bisect.json"
+    found.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "compare.experiments.bisect", str(out / "spec.json")],
+                              env=env, timeout=args.timeout)
+        returncode = proc.returncode
+    except subprocess.TimeoutExpired:
+        returncode = f"a timeout after {args.timeout:g} s"
+    if returncode != 0 or not found.is_file():
+        console.print(f"[red]bisect failed[/red]: its worker ended with {returncode} (see the lines above)")
+        return 1
+    print_finding(json.loads(found.read_text()), out, console)
+    return 0
+
+
+def print_finding(finding: dict[str, Any], out: Path, console) -> None:
+    import pandas as pd
+
+    rows = [{"prefix ends at": f"#{p['index']} {p['node']}", "verdict": "bad" if p["bad"] else "ok",
+             "worst value": (p["worst"] or {}).get("node", "-"),
+             "error vs fp64": _e((p["worst"] or {}).get("error")), "eager's": _e((p["worst"] or {}).get("eager_error")),
+             "failure": (p["failure"] or "")[:80]} for p in finding["probes"]]
+    console.print(f"\n[bold]bisect {finding['cell']}/{finding['backend']}[/bold]: {finding['ops']} ops, "
+                  f"{len(rows)} prefixes compiled", highlight=False)
+    console.print(pd.DataFrame(rows).to_markdown(index=False), highlight=False)
+    if finding["node"] is None:
+        console.print(finding["note"], highlight=False)
+        return
+    iso = finding["isolated"] or {}
+    console.print(f"first bad op: {finding['node']} = {finding['op']}", highlight=False)
+    console.print(f"alone: error vs float64 {_e(iso.get('error'))} against eager's {_e(iso.get('eager_error'))} "
+                  f"({'reproduced' if iso.get('bad') else 'not reproduced alone'})"
+                  + (f"; {finding['isolated_failure']}" if finding["isolated_failure"] else ""), highlight=False)
+    if finding["reproducer"]:
+        console.print(f"reproducer: {finding['reproducer']} (exits 1 while the op is wrong)", highlight=False)
+    console.print(f"details: {out / 'bisect.json'}", highlight=False)
+
+
+def _e(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
