@@ -221,6 +221,31 @@ class Backend(ABC):
         what its own documentation advises for CPU inference, and anything we chose."""
         return {}
 
+    # What the reports show of this backend's cells, from what its adapter recorded: plain
+    # data in, text out, nothing imported (the parent reads results without any compiler).
+    @classmethod
+    def status_notes(cls, info: dict[str, Any], tuning_s: float | None) -> list[str]:
+        """Notes for the table's status column, from the cell's ``info``."""
+        return []
+
+    @classmethod
+    def run_condition(cls, options: dict[str, Any]) -> str | None:
+        """A condition of the whole run that moves this backend's figures, for the header
+        (TVM's tuning budget), from the run's backend options."""
+        return None
+
+    @classmethod
+    def code_origin(cls, info: dict[str, Any]) -> str | None:
+        """Where the measured code came from beyond the cache verdict ("log reused",
+        "tuned in the run"); ``compare diff`` does not compare cells that differ here."""
+        return None
+
+    @classmethod
+    def search_curve(cls, info: dict[str, Any]) -> list[dict[str, float]] | None:
+        """A tuner's best estimated latency against its effort: points with "trials", "s"
+        and "estimated_ms", which report.html plots beside the measured latencies."""
+        return None
+
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
         """Environment variables the worker sets before importing any framework
         (cache folders, thread pools that read their size at import)."""

@@ -109,6 +109,12 @@ class OrtCudaCompiled(OrtCompiled):
         return [torch.from_numpy(o) for o in outputs.copy_outputs_to_cpu()]
 
 
+# Said in every cell that runs with ORT's spinning off (its default is on).
+SPINNING_DEVIATION = ("session.intra_op.allow_spinning 0, against ORT's default 1: by A/B on the five graphs, "
+                      "spinning left ORT's own latency unchanged (within 5 %) and slowed the eager timed beside it "
+                      "1.7-2.1x (docs/results/2026-12-01-xeon-backend-configs.md); --ort-spinning on restores it")
+
+
 @dataclass(frozen=True)
 class OrtOptions(BackendOptions):
     # 20, not the exporter's 18, by A/B (docs/results/2026-12-01-xeon-backend-configs.md): its native
@@ -133,14 +139,10 @@ class OrtBackend(Backend):
     runtime_modules = ("onnxruntime", "onnx", "onnxscript", "torch.onnx._internal.exporter._core")
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
-        # ORT's performance guide: ORT_ENABLE_ALL graph optimizations, intra-op threads =
-        # the cores to use, sequential execution for a single-stream graph. Spinning is the
-        # one setting changed from ORT's default, and why is in _session_options.
-        return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": ctx.threads,
-                "inter_op_num_threads": 1, "execution_mode": "ORT_SEQUENTIAL",
-                "session.intra_op.allow_spinning": "1" if ctx.options.ort_spinning else "0", "enable_cpu_mem_arena": True,
-                "providers": self.providers(ctx), "onnx_opset": ctx.options.onnx_opset,
-                "exporter": "torch.onnx.export(dynamo=True)"}
+        spinning = getattr(ctx.options, "ort_spinning", False)
+        return {**session_config(ctx), "enable_cpu_mem_arena": True, "providers": self.providers(ctx),
+                "onnx_opset": ctx.options.onnx_opset, "exporter": "torch.onnx.export(dynamo=True)",
+                **({} if spinning else {"guide_deviation": SPINNING_DEVIATION})}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("onnxruntime", "onnx", "onnxscript")
@@ -238,17 +240,30 @@ class OrtBackend(Backend):
 
     @staticmethod
     def _session_options(ort, ctx: CompileContext):
+        """``session_config`` applied to ORT's SessionOptions: what is recorded is what runs."""
         options = ort.SessionOptions()
-        options.intra_op_num_threads = ctx.threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # ORT's pool spins after each run by default; timed alternately with eager on
-        # few cores, the spinning threads stole eager's cores (eager measured 2-3x
-        # slower than alone). Blocking workers keep the comparison fair.
-        spinning = getattr(ctx.options, "ort_spinning", False)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        for name, value in session_config(ctx).items():
+            if name.startswith("session."):
+                options.add_session_config_entry(name, value)
+            elif name == "execution_mode":
+                options.execution_mode = getattr(ort.ExecutionMode, value)
+            elif name == "graph_optimization_level":
+                options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, value)
+            else:
+                setattr(options, name, value)
         return options
+
+
+def session_config(ctx: CompileContext) -> dict[str, Any]:
+    """ORT's performance guide: ORT_ENABLE_ALL graph optimizations, intra-op threads = the
+    cores to use, sequential execution for a single-stream graph. Spinning is the one
+    setting changed from ORT's default: its pool spins after each run, and timed alternately
+    with eager on few cores the spinning threads stole eager's cores (eager 1.7-3x slower
+    than alone) while buying ORT nothing measurable (docs/results); --ort-spinning on restores it."""
+    spinning = getattr(ctx.options, "ort_spinning", False)
+    return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": ctx.threads,
+            "inter_op_num_threads": 1, "execution_mode": "ORT_SEQUENTIAL",
+            "session.intra_op.allow_spinning": "1" if spinning else "0"}
 
 
 def onnx_op_types(model_path) -> frozenset[str]:

@@ -48,5 +48,10 @@ def test_the_entry_point_backend_runs_as_a_cell(plugin_path, tmp_path):
     cell = next(c for c in data["cells"] if c["backend"] == "echo")
     assert cell["status"] == "ok" and cell["numerics_ok"] is True
     assert cell["settings"]["note"] == "from the test" and cell["info"]["wrapped"] is True
-    assert list(cell["compile_phases"]) == ["wrap", "first_call"]
+    assert list(cell["compile_phases"]) == ["wrap", "search", "first_call"]
     assert "pytest" in cell["backend_versions"] and "pytest" in data["environment"]["versions"]
+    # what it shows in the reports comes from its own class, not from dlcompare's reports
+    summary = (tmp_path / "run" / "summary.md").read_text()
+    assert "ok (echo searched 3 trials)" in summary and "; echo note from the test" in summary
+    assert "TVM budget" not in summary  # no TVM in this run, so no TVM condition
+    assert "<h2>Tuning curves</h2>" in (tmp_path / "run" / "report.html").read_text()

@@ -185,7 +185,7 @@ def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
     by_trials, by_seconds = drawn["axes"]
     assert by_trials.get_xlabel() == "trials measured" and by_seconds.get_xlabel() == "tuning seconds"
     lines = {line.get_label(): line for line in by_trials.get_lines()}
-    assert list(lines["MetaSchedule estimate (kernels only)"].get_xdata()) == [16, 24]
+    assert list(lines["the tuner's estimate (kernels only)"].get_xdata()) == [16, 24]
     assert list(lines["eager"].get_ydata()) == [10.0, 10.0]
     assert list(lines["best other: ort"].get_ydata()) == [6.0, 6.0]
     assert list(lines["tvm measured"].get_xdata()) == [24]

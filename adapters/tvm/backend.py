@@ -151,6 +151,33 @@ class _TvmBase(Backend):
     runtime_modules = ("tvm", "tvm.relax", "tvm.relax.frontend.torch", "tvm.s_tir.meta_schedule",
                        "tvm.s_tir.dlight")
 
+    @classmethod
+    def status_notes(cls, info: dict[str, Any], tuning_s: float | None) -> list[str]:
+        """The tuning behind the build (tuned here or the log reused, trials per task),
+        and any kernel that ran without a schedule."""
+        notes = []
+        tuning = info.get("tuning")
+        if tuning:
+            spent = f", {tuning_s:.0f} s of tuning" if tuning_s is not None else ""
+            stopped = {"time": ", time budget reached", "space exhausted": ", search space exhausted"}.get(
+                tuning.get("stopped_by"), "")
+            notes.append(("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
+                         + f" of {tuning.get('trials_requested')}{spent}{stopped}")
+            if tuning.get("trials_per_task") is not None:
+                notes.append(f"{tuning['trials_per_task']:g} trials/task")
+        if info.get("unscheduled_functions"):
+            notes.append(f"{len(info['unscheduled_functions'])} unscheduled kernel(s)")
+        return notes
+
+    @classmethod
+    def code_origin(cls, info: dict[str, Any]) -> str | None:
+        tuning = info.get("tuning")
+        return None if not tuning else "log reused" if tuning.get("reused") else "tuned in the run"
+
+    @classmethod
+    def search_curve(cls, info: dict[str, Any]) -> list[dict[str, float]] | None:
+        return (info.get("tuning") or {}).get("curve") or None
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import os
 
@@ -290,6 +317,12 @@ class TvmBackend(_TvmBase):
     name = "tvm"
     rank = 40
     description = "Apache TVM Relax + MetaSchedule auto-tuning (tuning logs kept and reused)"
+
+    @classmethod
+    def run_condition(cls, options: dict[str, Any]) -> str | None:
+        minutes = options.get("tvm_tune_minutes")
+        return (f"TVM budget {options.get('tvm_trials', '-')} trials"
+                + (f" or {minutes:g} min per workload" if minutes else ""))
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**super().settings(ctx), "tuner": "MetaSchedule (evolutionary search, XGBoost cost model)",

@@ -43,6 +43,16 @@ class CellSpecs:
     def __init__(self, config):
         self.config = config
 
+    def planned(self, workload, backend: str, extra: dict[str, Any] | None = None, batch: int | None = None,
+                dtype: str = "fp32") -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(the cell's spec, None), or (None, its failed cell's fields) when the spec cannot
+        be built: an invalid user workload fails its cell, and the run goes on."""
+        try:
+            return self.spec(workload, backend, extra, batch, dtype), None
+        except Exception as exc:
+            return None, {**self.base(workload, backend, batch, dtype), "status": "failed",
+                          "error": f"{type(exc).__name__}: {exc}"}
+
     def spec(self, workload, backend: str, extra: dict[str, Any] | None = None,
              batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
         """Everything a worker needs to measure one cell. Raises for an invalid user workload."""

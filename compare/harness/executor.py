@@ -115,10 +115,11 @@ class LocalExecutor(Executor):
     def _group_rounds(self, group: CellGroup) -> GroupRounds:
         state = GroupRounds(group, {}, {b: [] for b in group.backends}, set())
         for b in group.backends:
-            try:
-                state.specs[b] = self.specs.spec(group.workload, b, {"interleave": True}, group.batch, group.dtype)
-            except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-                state.runs[b].append(dict(status="failed", error=f"{type(exc).__name__}: {exc}"))
+            spec, failure = self.specs.planned(group.workload, b, {"interleave": True}, group.batch, group.dtype)
+            if spec is None:
+                state.runs[b].append(failure or {})
+            else:
+                state.specs[b] = spec
         return state
 
     def _cells(self, state: GroupRounds, final: bool) -> list[Cell]:
@@ -191,10 +192,9 @@ class LocalExecutor(Executor):
         become a status). Experiments (``extra``) run in one worker."""
         cfg = self.config
         base = self.specs.base(workload, backend, batch, dtype)
-        try:
-            spec = self.specs.spec(workload, backend, extra, batch, dtype)
-        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-            return dict(status="failed", error=f"{type(exc).__name__}: {exc}", **base)
+        spec, failure = self.specs.planned(workload, backend, extra, batch, dtype)
+        if spec is None:
+            return failure or {}
         log_rel = self.specs.log_rel(workload, backend, batch, dtype, label)
         count = 1 if extra else max(1, cfg.processes)
 

@@ -94,10 +94,9 @@ class RayExecutor(Executor):
 
     def _submit(self, remote, group: CellGroup, backend: str) -> None:
         base = self.specs.base(group.workload, backend, group.batch, group.dtype)
-        try:
-            spec = self.specs.spec(group.workload, backend, batch=group.batch, dtype=group.dtype)
-        except Exception as exc:  # invalid user workload: the cell fails, the run goes on
-            self.hooks.record(cell_from_worker({**base, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}))
+        spec, failure = self.specs.planned(group.workload, backend, batch=group.batch, dtype=group.dtype)
+        if spec is None:
+            self.hooks.record(cell_from_worker(failure or {}))
             return
         ref = remote.remote(spec, self.config.timeout_s, self.specs.env(), self.config.processes)
         self._pending[ref] = (group, backend, base)

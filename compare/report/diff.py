@@ -96,10 +96,11 @@ def comparability(base: Cell, new: Cell) -> str | None:
     """Why two cells' figures must not be compared, or None when they may."""
     if base.cache != new.cache:
         return f"not comparable: cache {base.cache} -> {new.cache}"
-    reuse = [((c.info or {}).get("tuning") or {}).get("reused") for c in (base, new)]
-    if reuse[0] != reuse[1]:
-        words = {True: "log reused", False: "tuned in the run", None: "no tuning"}
-        return f"not comparable: {words[reuse[0]]} -> {words[reuse[1]]}"
+    from compare.report.text import backend_class
+
+    origins = [backend_class(c.backend).code_origin(c.info or {}) for c in (base, new)]
+    if origins[0] != origins[1]:
+        return f"not comparable: {origins[0] or 'no tuning'} -> {origins[1] or 'no tuning'}"
     return None
 
 

@@ -14,6 +14,7 @@ from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.text import (
     SUMMARY_COLUMNS,
+    backend_class,
     conditions_line,
     environment_line,
     geomean_rows,
@@ -145,26 +146,28 @@ def plot_amortization(results: RunResults) -> str | None:
 
 
 def plot_tuning_curves(results: RunResults) -> str | None:
-    """Per tuned cell, MetaSchedule's estimate of the model's latency (calls x best kernel
-    time, summed over tasks) against trials and against seconds, with eager's and the
-    best backend's measured latencies as lines, and the tuned build's own as a dot."""
-    cells = [c for c in results.cells if isinstance(c.info, dict) and (c.info.get("tuning") or {}).get("curve")]
-    if not cells:
+    """Per tuned cell, the tuner's estimate of the model's latency (TVM: calls x best kernel
+    time, summed over tasks) against trials and against seconds, as its backend reports it
+    (``Backend.search_curve``), with eager's and the best backend's measured latencies as
+    lines, and the tuned build's own as a dot."""
+    curves = [(c, curve) for c in results.cells
+              if (curve := backend_class(c.backend).search_curve(c.info if isinstance(c.info, dict) else {}))]
+    if not curves:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(len(cells), 2, figsize=(9, 2.8 * len(cells)), squeeze=False)
-    for (by_trials, by_seconds), c in zip(axes, cells):
-        points = [p for p in c.info["tuning"]["curve"] if p.get("estimated_ms")]
+    fig, axes = plt.subplots(len(curves), 2, figsize=(9, 2.8 * len(curves)), squeeze=False)
+    for (by_trials, by_seconds), (c, curve) in zip(axes, curves):
+        points = [p for p in curve if p.get("estimated_ms")]
         for ax, key, xlabel in ((by_trials, "trials", "trials measured"), (by_seconds, "s", "tuning seconds")):
             ax.plot([p[key] for p in points], [p["estimated_ms"] for p in points], marker=".",
-                    label="MetaSchedule estimate (kernels only)")
+                    label="the tuner's estimate (kernels only)")
             _reference_lines(ax, results, c, points[-1][key] if points else None)
             ax.set_yscale("log")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("ms per call")
             ax.set_title(f"{c.label} / {c.backend}", fontsize=9)
             ax.legend(fontsize=5)
-    fig.suptitle("TVM MetaSchedule: best latency found vs trials and vs seconds")
+    fig.suptitle("Tuning: best latency found vs trials and vs seconds")
     fig.tight_layout()
     return _figure_to_data_uri(fig)
 
@@ -290,7 +293,7 @@ PLOTS = [
     ("Batch scaling", plot_batch_scaling),
     ("Compile time by phase", plot_compile_phases),
     ("Amortization", plot_amortization),
-    ("TVM tuning curves", plot_tuning_curves),
+    ("Tuning curves", plot_tuning_curves),
     ("Dynamic shapes", plot_dynamic),
     ("Roofline", plot_roofline),
     ("Numerical agreement", plot_numerics),

@@ -98,25 +98,23 @@ def fmt_numerics(cell: Cell) -> str:
     return fmt_err(cell.max_abs_err) + ("" if cell.numerics_ok else " FAIL")
 
 
+def backend_class(name: str):
+    """The backend's class, for what it contributes to the reports; the base class for a
+    backend not installed here (its cells still show, without its own notes)."""
+    from adapters import backend_classes
+    from adapters.base import Backend
+
+    return backend_classes().get(name, Backend)
+
+
 def fmt_status(cell: Cell) -> str:
     notes = []
     if cell.cache in ("hit", "miss", "bypass"):
         notes.append(f"cache {cell.cache}")
-    tuning = cell.info.get("tuning") if isinstance(cell.info, dict) else None
-    if tuning:
-        spent = f", {cell.tuning_s:.0f} s of tuning" if cell.tuning_s is not None else ""
-        stopped = {"time": ", time budget reached", "space exhausted": ", search space exhausted"}.get(
-            tuning.get("stopped_by"), "")
-        notes.append(("log reused" if tuning.get("reused") else f"tuned {tuning.get('trials_measured', 0)} trials")
-                     + f" of {tuning.get('trials_requested')}{spent}{stopped}")
-        if tuning.get("trials_per_task") is not None:
-            notes.append(f"{tuning['trials_per_task']:g} trials/task")
+    notes += backend_class(cell.backend).status_notes(cell.info if isinstance(cell.info, dict) else {}, cell.tuning_s)
     check = cell.crosscheck or {}
     if check.get("flagged"):
         notes.append(f"own tool {check['ratio'] - 1:+.0%}: {check['tool']}")
-    naked = cell.info.get("unscheduled_functions") if isinstance(cell.info, dict) else None
-    if naked:
-        notes.append(f"{len(naked)} unscheduled kernel(s)")
     return cell.status + (f" ({', '.join(notes)})" if notes else "")
 
 
@@ -235,8 +233,15 @@ def conditions_line(results: RunResults) -> str:
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
             f"{processes} worker process(es) per cell{warm}"
-            f" ({reference_processes(results)} for the reference); cache {cache}; "
-            f"TVM budget {tvm_budget(cfg.get('options', {}))}{pinning_text(results)}")
+            f" ({reference_processes(results)} for the reference); cache {cache}"
+            f"{backend_conditions(results)}{pinning_text(results)}")
+
+
+def backend_conditions(results: RunResults) -> str:
+    """What the run's backends add to the conditions (TVM: its tuning budget)."""
+    options = results.config.get("options", {})
+    found = [backend_class(name).run_condition(options) for name in results.config.get("backends", [])]
+    return "".join(f"; {text}" for text in found if text)
 
 
 def pinning_text(results: RunResults) -> str:
@@ -279,11 +284,6 @@ def noise_line(results: RunResults) -> str | None:
         bound = "at least " if before.get("correlation_is_lower_bound") else ""
         text += f"; correlation time {bound}{before['correlation_s']:.1f} s (the bootstrap's block length)"
     return text + "."
-
-
-def tvm_budget(options: dict) -> str:
-    minutes = options.get("tvm_tune_minutes")
-    return f"{options.get('tvm_trials', '-')} trials" + (f" or {minutes:g} min per workload" if minutes else "")
 
 
 def reference_line(results: RunResults) -> str | None:

@@ -317,11 +317,9 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
         verdicts.append(numerics_verdict(setup.dtype_name, checks, scale))
         for key, check in checks.items():
             merge_worst(worst, key, check)
-        if index == 0:
-            reference0 = reference
     failed = next((v for v in verdicts if not v["ok"]), None)
     vs_eager, vs_fp64, eager64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
-    result = {
+    return {
         "numerics_ok": failed is None,
         "numerics_error": failed.get("error") if failed else None,
         "numerics_draws": draws,
@@ -332,11 +330,20 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
         "max_rel_err_fp64": vs_fp64.get("max_rel"),
         "eager_max_abs_err_fp64": eager64.get("max_abs"),
     }
-    if spec.get("count_work", True):
-        from compare.experiments.roofline import count_work
 
-        result["work"] = count_work(setup.reference_model, setup.inputs, reference0)
-    return result
+
+def count_cell_work(setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
+    """The roofline's FLOPs and minimum bytes of the cell's model, from an eager call."""
+    if not spec.get("count_work", True):
+        return {}
+    import torch
+
+    from adapters import flatten_outputs
+    from compare.experiments.roofline import count_work
+
+    with torch.no_grad():
+        outputs = [t.detach() for t in flatten_outputs(setup.reference_model(*setup.inputs))]
+    return {"work": count_work(setup.reference_model, setup.inputs, outputs)}
 
 
 def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
@@ -488,7 +495,7 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     compile_s = sum(result.phases.values())
     steady = steady_memory(compiled, prepared, loaded)
     emit(phase="numerics")
-    numerics = check_numerics(compiled, setup, outputs, spec)
+    numerics = {**check_numerics(compiled, setup, outputs, spec), **count_cell_work(setup, spec)}
     emit(phase="timing")
     timed = time_against_eager(compiled, prepared, setup, spec)
     after = check_after_timing(compiled, prepared, outputs)
