@@ -76,17 +76,12 @@ def _dtype_list(value: str) -> list[str]:
 
 def _cpu_list(value: str) -> list[int]:
     """``0,1`` or ``0-3`` or ``0-1,4``, as taskset and pyperf's --affinity take them."""
-    cpus: list[int] = []
-    for part in _csv(value):
-        low, _, high = part.partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a CPU list such as 0,1 or 0-3") from None
-        if first < 0 or last < first:
-            raise argparse.ArgumentTypeError(f"{part!r} is not a CPU range")
-        cpus += range(first, last + 1)
-    return sorted(set(cpus))
+    from compare.measure.cpus import parse_cpu_list
+
+    try:
+        return parse_cpu_list(",".join(_csv(value)))  # _csv: an empty list is a usage error
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int,

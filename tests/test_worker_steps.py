@@ -108,7 +108,7 @@ def test_threads_a_backend_pinned_are_counted_and_the_others_are_not():
         thread.join()
     assert seen["pinned"] == 1 and seen["threads"] >= 2 and seen["main_thread_pinned"] is False
     assert worker.thread_pinning(cpus)["pinned"] == 0
-    assert worker._cpu_set("0-2,5") == {0, 1, 2, 5}
+    assert worker.parse_cpu_list("0-2,5\n") == [0, 1, 2, 5]
 
 
 @pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two CPUs to pin one thread to one")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.measure import memory
+from compare.measure.cpus import parse_cpu_list
 from compare.measure.numerics import torch_dtype
 from compare.results import protocol
 
@@ -83,7 +84,7 @@ def thread_pinning(process_cpus: set[int]) -> dict[str, Any]:
     for status in Path("/proc/self/task").glob("*/status"):
         with contextlib.suppress(OSError, StopIteration):  # a thread that ended meanwhile
             line = next(x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:"))
-            cpus = _cpu_set(line.split(":", 1)[1].strip())
+            cpus = set(parse_cpu_list(line.split(":", 1)[1]))
             total += 1
             if cpus < process_cpus:
                 pinned += 1
@@ -119,15 +120,6 @@ def pinning_during_calls(compiled, prepared, process_cpus: set[int]) -> dict[str
         done.set()
         watcher.join()
     return max(seen, key=lambda s: s["pinned"])
-
-
-def _cpu_set(text: str) -> set[int]:
-    """``0-1,4`` -> {0, 1, 4}."""
-    cpus: set[int] = set()
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
 
 
 # ----------------------------------------------------------------------------- steps
