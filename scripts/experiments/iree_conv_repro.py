@@ -120,7 +120,10 @@ def main() -> int:
     built, failed = {}, {}
     for name in args.variants.split(","):
         vmfb, error = compile_variant(name, mlir, args.output)
-        (built.__setitem__(name, vmfb) if vmfb else failed.__setitem__(name, error))
+        if vmfb:
+            built[name] = vmfb
+        else:
+            failed[name] = error
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in built}
     for _ in range(args.rounds):  # each variant beside an eager timing taken just before it
         for name, vmfb in built.items():
