@@ -16,7 +16,7 @@ import pkgutil
 from .base import Backend, BackendOptions, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, flatten_outputs
 
 __all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "Compiled", "CompileContext",
-           "CompileResult", "backend_classes", "backend_names", "flatten_outputs", "get_backend"]
+           "CompileResult", "backend_classes", "backend_names", "flatten_outputs", "get_backend", "split_variant"]
 
 ENTRY_POINT_GROUP = "dlcompare.backends"
 
@@ -61,8 +61,30 @@ def backend_names() -> list[str]:
     return list(backend_classes())
 
 
+def split_variant(name: str) -> tuple[str, dict[str, str]]:
+    """``ort:ort-spinning=on:onnx-opset=18`` -> ("ort", {"ort-spinning": "on", "onnx-opset": "18"})."""
+    base, *parts = name.split(":")
+    flags = {}
+    for part in parts:
+        flag, sep, value = part.partition("=")
+        if not sep or not flag or not value:
+            raise ValueError(f"backend variant {name!r}: {part!r} is not FLAG=VALUE")
+        flags[flag.removeprefix("--")] = value
+    return base, flags
+
+
 def get_backend(name: str) -> Backend:
+    """The backend called ``name``: a registered one, or a variant of one (``BASE:FLAG=VALUE``).
+    KeyError for an unknown base, ValueError for a bad variant."""
+    base, flags = split_variant(name)
     registry = backend_classes()
-    if name not in registry:
-        raise KeyError(f"unknown backend {name!r} (known: {', '.join(registry)})")
-    return registry[name]()
+    if base not in registry:
+        raise KeyError(f"unknown backend {base!r} (known: {', '.join(registry)})")
+    backend = registry[base]()
+    if flags:
+        try:
+            backend.variant = backend.options_type.parse_variant(flags)
+        except ValueError as exc:
+            raise ValueError(f"backend variant {name!r}: {exc}") from None
+        backend.name = name
+    return backend

@@ -66,6 +66,36 @@ class BackendOptions:
     def cli_fields(cls) -> list[dataclasses.Field]:
         return [f for f in dataclasses.fields(cls) if f.metadata.get("flag")]
 
+    @classmethod
+    def parse_variant(cls, flags: dict[str, str]) -> dict[str, Any]:
+        """A variant's ``FLAG=VALUE`` pairs (``ort:ort-spinning=on``) as option values by
+        field name, each typed as its CLI flag is; ValueError names a bad one."""
+        by_flag = {f.metadata["flag"]: f for f in cls.cli_fields()}
+        values = {}
+        for flag, text in flags.items():
+            if flag not in by_flag:
+                known = ", ".join(sorted(by_flag)) or "none"
+                raise ValueError(f"no option {flag!r} for this backend (its options: {known})")
+            values[by_flag[flag].name] = _typed_value(by_flag[flag], text)
+        return values
+
+
+def _typed_value(f: dataclasses.Field, text: str) -> Any:
+    """``text`` as the value of option field ``f``, by its kind (see ``option``)."""
+    kind, choices = f.metadata["kind"], f.metadata["choices"]
+    if kind in ("switch", "flag"):
+        if text not in ("on", "off"):
+            raise ValueError(f"{f.metadata['flag']}={text!r}: use on or off")
+        return text == "on"
+    if choices and text not in choices:
+        raise ValueError(f"{f.metadata['flag']}={text!r}: choose from {', '.join(choices)}")
+    if kind in ("positive_int", "positive_float") or isinstance(f.default, (int, float)) and not isinstance(f.default, bool):
+        number = (int if kind == "positive_int" or isinstance(f.default, int) else float)(text)
+        if kind.startswith("positive") and number <= 0:
+            raise ValueError(f"{f.metadata['flag']}={text!r}: must be positive")
+        return number
+    return text
+
 
 @dataclass
 class CompileContext:
@@ -186,6 +216,13 @@ class Backend(ABC):
     # phase before compiling: no backend's compile time holds its own imports (or
     # not others'), and the memory they load is measured on its own.
     runtime_modules: tuple[str, ...] = ()
+    # A variant (``ort:ort-spinning=on``) is this class under the full name, with these
+    # option values over the run's: two settings of one backend compared in one run.
+    variant: dict[str, Any] = {}
+
+    def typed_options(self, options: dict[str, Any]) -> Any:
+        """This backend's options: the run's ``config.options``, with its variant's on top."""
+        return self.options_type.from_options({**options, **self.variant})
 
     def available(self, device: str = "cpu") -> tuple[bool, str]:
         """(True, "") when this backend can run on ``device`` here, else (False, reason)."""

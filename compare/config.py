@@ -115,13 +115,14 @@ def _checked_affinity(cpus: list[int] | None) -> list[int] | None:
 
 def _checked_backends(names: list[str]) -> list[str]:
     """Eager first (the reference), then the others, each known and listed once."""
-    from adapters import backend_names
+    from adapters import get_backend
 
-    known = backend_names()
     backends = ["eager"] + [b for b in names if b != "eager"]
     for b in backends:
-        if b not in known:
-            raise UsageError(f"unknown backend {b!r} (known: {', '.join(known)})")
+        try:
+            get_backend(b)
+        except (KeyError, ValueError) as exc:
+            raise UsageError(exc.args[0]) from None
     if len(set(backends)) != len(backends):
         raise UsageError("a backend is listed twice in --backends")
     return backends

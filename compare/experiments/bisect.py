@@ -254,7 +254,7 @@ def main() -> int:
     inputs = torch.load(Path(__file__).with_name("repro_inputs.pt"))
     backend = get_backend({backend!r})
     ctx = CompileContext("repro", "repro-{node}", {device!r}, {threads}, Path(tempfile.mkdtemp()),
-                         options=backend.options_type.from_options(OPTIONS))
+                         options=backend.typed_options(OPTIONS))
     (got,) = compile_and_run(backend, Op().eval(), inputs, ctx)
     with torch.no_grad():
         ref64 = Op()(*[t.double() if t.is_floating_point() else t for t in inputs])[0]

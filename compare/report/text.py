@@ -101,10 +101,13 @@ def fmt_numerics(cell: Cell) -> str:
 def backend_class(name: str):
     """The backend's class, for what it contributes to the reports; the base class for a
     backend not installed here (its cells still show, without its own notes)."""
-    from adapters import backend_classes
+    from adapters import backend_classes, split_variant
     from adapters.base import Backend
 
-    return backend_classes().get(name, Backend)
+    try:
+        return backend_classes().get(split_variant(name)[0], Backend)
+    except ValueError:
+        return Backend
 
 
 def fmt_status(cell: Cell) -> str:

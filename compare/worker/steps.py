@@ -147,7 +147,7 @@ def prepare_worker(spec: dict[str, Any]):
         cache=spec.get("cache", "cold"),
         cache_root=Path(spec["cache_root"]) if spec.get("cache_root") else None,
         store_root=Path(spec["store_root"]) if spec.get("store_root") else None,
-        options=backend.options_type.from_options(spec.get("options", {})),
+        options=backend.typed_options(spec.get("options", {})),
         seed=int(spec.get("seed", 0)),
         on_phase=lambda name: emit(phase=name),
     )
