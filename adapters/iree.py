@@ -7,10 +7,12 @@ code was ~6x slower), so its cache key holds the CPU and the compiler version.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import artifacts
 from .base import (
@@ -204,8 +206,42 @@ class IreeBackend(Backend):
                 cls._compile_cuda(exported, ctx, tmp)
             else:
                 exported.session.set_flags(*compile_flags(ctx))
-                exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
+                with compiler_errors(ctx.work_dir):
+                    exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
             os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one
+
+
+def first_error(diagnostics: str) -> str | None:
+    """The first ``error:`` of iree-compile's diagnostics, without its source location."""
+    for line in diagnostics.splitlines():
+        if "error:" in line:
+            return line[line.index("error:"):].strip()
+    return None
+
+
+@contextlib.contextmanager
+def compiler_errors(work_dir: Path) -> Iterator[None]:
+    """The in-process compiler prints its diagnostics to fd 2, while the exception says only
+    that it failed: capture them, so a failed compile raises with the compiler's own first
+    error (its whole text still reaches the cell's log)."""
+    capture_path = work_dir / "iree-compile.stderr"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(capture_path, "w+b") as capture:
+            os.dup2(capture.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    except Exception as exc:
+        line = first_error(capture_path.read_text(errors="replace"))
+        if line is None or line in str(exc):
+            raise
+        raise RuntimeError(f"iree-compile {line}") from exc
+    finally:
+        os.close(saved)
+        sys.stderr.write(capture_path.read_text(errors="replace"))
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,33 @@ def test_the_caching_allocator_is_a_recorded_runtime_setting(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree")
     assert cell["status"] == "ok" and cell["numerics_ok"] and cell["settings"]["device_allocator"] == "caching"
+
+
+@pytest.mark.unit
+def test_a_failed_compile_raises_with_the_compilers_own_first_error(tmp_path):
+    import os
+
+    from adapters.iree import compiler_errors, first_error
+
+    assert first_error("warning: x\n/m.mlir:3:5: error: 'func.func' op exceeded stack allocation limit\nnote: y") \
+        == "error: 'func.func' op exceeded stack allocation limit"
+    assert first_error("all fine") is None
+    with pytest.raises(RuntimeError, match=r"^iree-compile error: 'func.func' op exceeded stack allocation limit$"):
+        with compiler_errors(tmp_path):
+            os.write(2, b"/m.mlir:3:5: error: 'func.func' op exceeded stack allocation limit\n")
+            raise RuntimeError("Failed to compile")  # what the compiler's Python API says
+    with pytest.raises(ValueError, match="no diagnostics"):  # nothing on fd 2: the exception as it was
+        with compiler_errors(tmp_path):
+            raise ValueError("no diagnostics")
+
+
+def test_a_compile_error_costs_its_cell_with_the_compilers_reason_in_one_line(tmp_path):
+    limited = "iree:iree-flags=--iree-llvmcpu-stack-allocation-limit=16"
+    proc = run_cli("--backends", f"iree,{limited}", "--workloads", "mlp", "--size", "small", *FAST,
+                   "--output-dir", tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    cells = {c["backend"]: c for c in load_results(tmp_path)["cells"]}
+    assert cells["iree"]["status"] == "ok"
+    failed = cells[limited]
+    assert failed["status"] == "failed" and "\n" not in failed["error"]
+    assert "iree-compile error: 'func.func' op exceeded stack allocation limit of 16 bytes" in failed["error"]
