@@ -374,16 +374,20 @@ def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
     """v1 -> v2: the speedup interval is recomputed with the paired bootstrap (the derived
     figures are refilled on load by every reader that reports); the memory figure was the
     worker's own peak above a baseline taken before compiling (now ``compile_peak_mb``,
-    which also counts child processes); TVM's Relax importer phase was called ``import``
-    (now ``frontend``: ``import`` is every backend's import phase, outside compile_s)."""
+    which also counts child processes; its baseline and its ratio to eager's are gone); a
+    compile phase called ``import`` was a model importer's step (now ``frontend``:
+    ``import`` is every backend's import of its modules, outside compile_s), whichever
+    backend wrote it."""
     cells = []
     for cell in data.get("cells", []):
         cell = dict(cell)
         cell.pop("speedup_ci", None)  # v1 bootstrapped unpaired; recomputed paired on load
+        for gone in ("rss_baseline_mb", "peak_rss_ratio_vs_eager"):
+            cell.pop(gone, None)
         if "peak_rss_delta_mb" in cell:
             cell.setdefault("compile_peak_mb", cell.pop("peak_rss_delta_mb"))
         phases = cell.get("compile_phases")
-        if isinstance(phases, dict) and "import" in phases and str(cell.get("backend", "")).startswith("tvm"):
+        if isinstance(phases, dict) and "import" in phases:
             cell["compile_phases"] = {("frontend" if k == "import" else k): v for k, v in phases.items()}
         cells.append(cell)
     return dict(data, cells=cells, schema_version=2, migrated_from=1)
