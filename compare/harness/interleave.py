@@ -130,7 +130,7 @@ def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str],
                     concurrent_imports: bool = False) -> list[CellMeasurement | None]:
     """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
     each, as a cell may run in several processes; ``reference`` names the eager-only cell)
-    with interleaved timing. Returns each worker's fields in order, or None for a worker
+    with interleaved timing. Returns each worker's measurement in order, or None for a worker
     not started because an earlier process of its cell failed before timing (a cell that
     hangs must not cost its timeout K times). ``on_worker`` hears of each worker started
     (and None at the end), so that an interrupt can kill them."""
