@@ -120,3 +120,13 @@ def test_a_version_1_file_loads_with_its_fields_of_then(tmp_path):
     (back,) = RunResults.load(tmp_path).cells
     assert back.compile_peak_mb == 50.0 and back.compile_phases == {"export": 0.1, "frontend": 0.2, "build": 1.0}
     assert back.eager_median_ms == 2.0 and back.latency.n == 2
+
+
+def test_an_experiment_record_keeps_its_fields_and_the_process_figures():
+    identity = {"workload": "mlp", "backend": "ort"}
+    record = {"workload": "mlp", "backend": "ort", "strategy": "symbolic", "status": "ok", "compiles": 1}
+    done = CellMeasurement(status="ok", experiment=record, wall_s=2.0, workload_key="k", started_at=1.0)
+    assert done.experiment_record(identity, "logs/x.log") == {**record, "wall_s": 2.0, "workload_key": "k",
+                                                               "started_at": 1.0, "log": "logs/x.log"}
+    lost = ended("timeout", "no result within 5 s").experiment_record(identity, None)
+    assert lost["status"] == "timeout" and lost["transient"] is True and lost["error"] == "no result within 5 s"
