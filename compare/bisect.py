@@ -4,6 +4,7 @@ compare.experiments.bisect SPEC``, which does the work: see that module) and pri
 found. A command, above the harness it plans with."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,9 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from compare.results.protocol import BisectSpec, CellSpec
 
-def cell_spec(run_dir: Path, cell_name: str) -> dict[str, Any]:
-    """The worker spec of ``WORKLOAD/BACKEND`` in a stored run, as the run planned it."""
+
+def cell_spec(run_dir: Path, cell_name: str) -> tuple[CellSpec, str, bool | None, dict[str, str]]:
+    """The worker spec of ``WORKLOAD/BACKEND`` in a stored run, as the run planned it, with
+    the cell's label, whether its numerics agreed, and its workers' environment."""
     from compare.config import UsageError
     from compare.harness.cells import CellSpecs
     from compare.harness.runner import RunConfig
@@ -31,8 +35,8 @@ def cell_spec(run_dir: Path, cell_name: str) -> dict[str, Any]:
     except TypeError as exc:
         raise UsageError(f"{run_dir}: its config cannot be read by this dlcompare ({exc})") from None
     (workload,) = resolve_workloads([cell.workload], config.workload_files, "all")
-    spec = CellSpecs(config).spec(workload, backend, batch=cell.batch, dtype=cell.dtype)
-    return {**spec, "label": label, "numerics_ok": cell.numerics_ok, "env": CellSpecs(config).env()}
+    specs = CellSpecs(config)
+    return specs.spec(workload, backend, batch=cell.batch, dtype=cell.dtype), label, cell.numerics_ok, specs.env()
 
 
 def run(args, console) -> int:
@@ -41,13 +45,14 @@ def run(args, console) -> int:
     run_dir = Path(args.run_dir)
     if not (run_dir / "results.json").is_file() and not run_dir.is_file():
         raise UsageError(f"{run_dir}: no results.json there")
-    spec = cell_spec(run_dir if run_dir.is_dir() else run_dir.parent, args.cell)
-    out = (run_dir if run_dir.is_dir() else run_dir.parent) / "bisect" / f"{spec['label']}.{spec['backend']}"
+    # env: the worker's environment, as the run's workers had it (not written to disk)
+    cell, label, numerics_ok, env = cell_spec(run_dir if run_dir.is_dir() else run_dir.parent, args.cell)
+    out = (run_dir if run_dir.is_dir() else run_dir.parent) / "bisect" / f"{label}.{cell.backend}"
     out.mkdir(parents=True, exist_ok=True)
-    env = spec.pop("env")  # the worker's environment, as the run's workers had it (not written to disk)
-    spec.update(out_dir=str(out.resolve()), work_dir=tempfile.mkdtemp(prefix="dlcompare-bisect-"), factor=args.factor)
-    (out / "spec.json").write_text(json.dumps(spec, indent=1))
-    if spec["numerics_ok"]:
+    cell = dataclasses.replace(cell, work_dir=tempfile.mkdtemp(prefix="dlcompare-bisect-"))
+    spec = BisectSpec(cell=cell, label=label, out_dir=str(out.resolve()), factor=args.factor)
+    (out / "spec.json").write_text(spec.to_json())
+    if numerics_ok:
         console.print(f"{args.cell} agreed with eager in the run; bisecting on demand", highlight=False)
     found = out / "bisect.json"
     found.unlink(missing_ok=True)

@@ -43,6 +43,26 @@ def load_results(run_dir):
     return json.loads((Path(run_dir) / "results.json").read_text())
 
 
+def tiny_spec(backend, tmp_path, workload="tiny_linear", size="small", batch=None, dtype="fp32", dynamic=None,
+              **config):
+    """A worker's spec for a fixture workload, made as the harness makes it
+    (``CellSpecs.spec`` from a ``RunConfig``), in a work dir under ``tmp_path``: a test
+    that built specs by hand could not catch the two sides drifting apart."""
+    import dataclasses
+
+    from compare.harness.cells import CellSpecs
+    from compare.harness.runner import RunConfig
+    from workloads import resolve_workloads
+
+    files = [str(FIXTURES / "tiny_workloads.py")]
+    config.setdefault("timing", {"budget_s": 0.05, "min_samples": 3})
+    run = RunConfig(backends=[backend], workloads=[workload], size=size, workload_files=files,
+                    cache_root=str(tmp_path / "store"), **config)
+    (found,) = resolve_workloads([workload], files)
+    spec = CellSpecs(run).spec(found, backend, batch, dtype, dynamic=dynamic)
+    return dataclasses.replace(spec, work_dir=str(tmp_path))
+
+
 @pytest.fixture
 def fixtures_dir():
     return FIXTURES

@@ -14,7 +14,7 @@ from compare.report.text import fmt_status
 from compare.results.derived import fill_derived
 from compare.results.schema import Cell, LatencyStats, RunResults
 from compare.worker.steps import crosscheck_cell
-from conftest import FAST, FIXTURES, load_results, run_cli
+from conftest import FAST, FIXTURES, load_results, run_cli, tiny_spec
 
 
 class _FakeTool(Compiled):
@@ -33,11 +33,11 @@ class _FakeTool(Compiled):
 
 
 @pytest.mark.unit
-def test_the_ratio_is_the_tools_median_over_the_process_own():
-    spec = {"crosscheck": True}
+def test_the_ratio_is_the_tools_median_over_the_process_own(tmp_path):
+    spec = tiny_spec("eager", tmp_path, crosscheck=True)
     assert crosscheck_cell(_FakeTool(1.2), None, 1.0, spec)["ratio"] == pytest.approx(1.2)
     assert crosscheck_cell(_FakeTool(None), None, 1.0, spec) == {"unavailable": "no tool here"}
-    assert crosscheck_cell(_FakeTool(1.2), None, 1.0, {}) is None  # only when asked for
+    assert crosscheck_cell(_FakeTool(1.2), None, 1.0, tiny_spec("eager", tmp_path)) is None  # only when asked for
     pooled = pooled_crosscheck([crosscheck_cell(_FakeTool(ms), None, 1.0, spec) for ms in (0.9, 1.3, 1.25)])
     assert pooled["ratio"] == pytest.approx(1.25) and pooled["processes"] == 3 and pooled["tool"] == "fake-benchmark"
     # one process without a tool: the cell says so instead of a ratio over the others

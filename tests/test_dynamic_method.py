@@ -6,7 +6,8 @@ import pytest
 from adapters.base import Backend, CompileContext, CompileResult, DelegatingSession
 from adapters.eager import TorchCompiled
 from compare.experiments import dynamic
-from conftest import FIXTURES
+from compare.results.protocol import DynamicSpec
+from conftest import FIXTURES, tiny_spec
 from workloads import resolve_workloads
 
 pytestmark = pytest.mark.unit
@@ -29,10 +30,9 @@ class FakeBackend(Backend):
         return super().dynamic_session(module, example_inputs, dynamic_dims, strategy, ctx)
 
 
-def _spec(strategy, plan):
-    return {"workload": "tiny_linear", "workload_files": [str(FIXTURES / "tiny_workloads.py")], "size": "small",
-            "backend": "fake", "device": "cpu", "threads": 1, "seed": 0, "strategy": strategy, "dynamic": plan,
-            "steady_calls": 5, "timing": {"budget_s": 0.6, "min_samples": 5}}
+def _spec(strategy, plan, tmp_path):
+    dynamic_spec = DynamicSpec(strategy, plan, steady_calls=5)
+    return tiny_spec("fake", tmp_path, threads=1, dynamic=dynamic_spec, timing={"budget_s": 0.6, "min_samples": 5})
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +41,11 @@ def records(tmp_path_factory):
     plan = dynamic.shape_plan(workload, "small", distinct=3, calls=9, seed=0)
     out = []
     for strategy in dynamic.STRATEGIES:
-        ctx = CompileContext(workload_name="tiny_linear", workload_key="k", device="cpu", threads=1,
-                             work_dir=tmp_path_factory.mktemp(strategy))
-        out.append(dynamic.measure(_spec(strategy, plan), ctx, FakeBackend(), lambda **_: None))
+        work_dir = tmp_path_factory.mktemp(strategy)
+        ctx = CompileContext(workload_name="tiny_linear", workload_key="k", device="cpu", threads=1, work_dir=work_dir)
+        spec = _spec(strategy, plan, work_dir)
+        assert spec.dynamic is not None and not spec.count_work
+        out.append(dynamic.measure(spec, spec.dynamic, ctx, FakeBackend(), lambda **_: None))
     return plan, out
 
 

@@ -9,6 +9,7 @@ from compare.measure.numerics import fp32_verdict, numerics_verdict
 from compare.measure.stats import bootstrap_medians, break_even_interval, paired_bootstrap_medians, speedup_interval
 from compare.report.text import geomean_rows
 from compare.results.derived import fill_derived, reference_spread
+from compare.results.protocol import CellMeasurement
 from compare.results.schema import Cell, LatencyStats, RunResults
 
 pytestmark = pytest.mark.unit
@@ -119,16 +120,14 @@ def test_geomean_uses_one_common_set_and_lists_what_it_leaves_out():
 
 def test_pooling_processes_keeps_the_first_compile_and_every_pair():
     def run(level, compile_s):
-        lat = _stats(np.full(10, level))
-        ref = _stats(np.full(10, 2 * level))
-        return {"status": "ok", "latency": lat.__dict__, "eager_latency": ref.__dict__,
-                "compile_s": compile_s, "numerics_ok": True, "wall_s": 1.0}
+        return CellMeasurement(status="ok", latency=_stats(np.full(10, level)), eager_latency=_stats(np.full(10, 2 * level)),
+                               compile_s=compile_s, numerics_ok=True, wall_s=1.0)
 
     pooled = pool_processes([run(1.0, 5.0), run(3.0, 1.0)])
-    assert pooled["process_samples"] == [10, 10] and len(pooled["processes"]) == 2
-    assert pooled["compile_s"] == 5.0 and pooled["latency"]["n"] == 20 and pooled["wall_s"] == 2.0
-    failed = pool_processes([run(1.0, 5.0), {"status": "failed", "error": "boom"}])
-    assert failed["status"] == "failed" and failed["error"] == "process 2: boom"
+    assert pooled.process_samples == [10, 10] and len(pooled.processes) == 2
+    assert pooled.compile_s == 5.0 and pooled.latency.n == 20 and pooled.wall_s == 2.0
+    failed = pool_processes([run(1.0, 5.0), CellMeasurement(status="failed", error="boom")])
+    assert failed.status == "failed" and failed.error == "process 2: boom"
 
 
 # ----------------------------------------------------------------------------- numerics

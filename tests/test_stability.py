@@ -12,10 +12,13 @@ from compare.measure.stats import (
     process_speedups,
     speedup_interval,
 )
+from compare.measure.timing import TimingConfig
 from compare.report import stability
 from compare.report.text import noise_line, summary_markdown
 from compare.results.derived import fill_derived
+from compare.results.protocol import CellMeasurement
 from compare.results.schema import Cell, LatencyStats, RunResults, atomic_write_json
+from conftest import tiny_spec
 
 pytestmark = pytest.mark.unit
 
@@ -77,29 +80,29 @@ def test_a_cell_records_its_interval_plan_and_process_spread():
     assert cell.noisy is (cell.speedup_ci[1] - cell.speedup_ci[0] > 0.1 * cell.speedup)
 
 
-def test_the_process_plan_shares_one_compile_and_one_timing_budget():
+def test_the_process_plan_shares_one_compile_and_one_timing_budget(tmp_path):
     timing = {"budget_s": 9.0, "min_samples": 10, "max_samples": 300}
-    share = process_timing(timing, 3)
-    assert share["budget_s"] == 3.0 and share["max_samples"] == 100
-    assert share["target_rel_se"] == pytest.approx(0.005 * 3 ** 0.5)
+    share = process_timing(TimingConfig(**timing), 3)
+    assert share.budget_s == 3.0 and share.max_samples == 100
+    assert share.target_rel_se == pytest.approx(0.005 * 3 ** 0.5)
+    spec = tiny_spec("eager", tmp_path, cache="cold", explain=True, timing=timing)
     plan = ProcessPlan(3, "/tmp/store")
-    first, later = plan.spec({"cache": "cold", "explain": True, "timing": timing}, 0), plan.spec(
-        {"cache": "cold", "explain": True, "timing": timing}, 2)
-    assert first["cache"] == later["cache"] == "warm" and first["store_root"] == later["store_root"] == "/tmp/store"
-    assert first["fresh_store"] and not later["fresh_store"]
-    assert first["explain"] and not later["explain"] and later["count_work"] is False
-    assert ProcessPlan(1).spec({"cache": "cold", "timing": timing}, 0)["cache"] == "cold"
+    first, later = plan.spec(spec, 0), plan.spec(spec, 2)
+    assert first.cache == later.cache == "warm" and first.store_root == later.store_root == "/tmp/store"
+    assert first.fresh_store and not later.fresh_store and first.timing == later.timing == share
+    assert first.explain and not later.explain and later.count_work is False
+    assert ProcessPlan(1).spec(spec, 0).cache == "cold"
 
 
 def test_pooling_gives_the_warm_start_of_the_later_processes():
     def run(compile_s, cache):
-        stats = {"samples": [1.0] * 4, "number": 1, "n": 4, "median": 1.0}
-        return {"status": "ok", "latency": stats, "eager_latency": stats, "compile_s": compile_s, "cache": cache,
-                "numerics_ok": True, "round_s": 0.02}
+        stats = _stats([1.0] * 4)
+        return CellMeasurement(status="ok", latency=stats, eager_latency=stats, compile_s=compile_s, cache=cache,
+                               numerics_ok=True, round_s=0.02)
     pooled = pool_processes([run(20.0, "cold"), run(0.4, "hit"), run(0.6, "hit")])
-    assert pooled["warm_start_s"] == 0.5 and pooled["warm_cache"] == "hit"
-    assert [p["cache"] for p in pooled["processes"]] == ["cold", "hit", "hit"]
-    assert pool_processes([run(2.0, "hit"), run(2.0, "hit")]).get("warm_start_s") is None  # a warm run: all load
+    assert pooled.warm_start_s == 0.5 and pooled.warm_cache == "hit"
+    assert [p["cache"] for p in pooled.processes] == ["cold", "hit", "hit"]
+    assert pool_processes([run(2.0, "hit"), run(2.0, "hit")]).warm_start_s is None  # a warm run: all load
 
 
 def _run(values):

@@ -5,8 +5,9 @@ import pytest
 import adapters
 from adapters.base import Backend, CacheVerdict, CompileResult
 from adapters.eager import TorchCompiled
+from compare.results.protocol import CellMeasurement
 from compare.worker import steps as worker
-from conftest import FIXTURES
+from conftest import tiny_spec
 
 pytestmark = pytest.mark.unit
 
@@ -43,15 +44,16 @@ def fake_backends(monkeypatch):
 
 
 def _spec(backend, tmp_path, cache="cold"):
-    return {"workload": "tiny_linear", "workload_files": [str(FIXTURES / "tiny_workloads.py")],
-            "workload_key": "tiny_linear-small", "size": "small", "batch": None, "dtype": "fp32",
-            "backend": backend, "device": "cpu", "threads": 1, "seed": 0, "cache": cache,
-            "cache_root": str(tmp_path / "store"), "work_dir": str(tmp_path), "options": {},
-            "timing": {"budget_s": 0.05, "min_samples": 3}}
+    return tiny_spec(backend, tmp_path, cache=cache, threads=1)
+
+
+def _measure(spec):
+    """The worker's answer as it travels: through its JSON and back."""
+    return CellMeasurement.from_json(worker.measure_cell(spec).to_json()).to_dict()
 
 
 def test_a_backend_split_replaces_the_timed_phases_and_keeps_its_first_call(fake_backends, tmp_path):
-    cell = worker.measure_cell(_spec("split", tmp_path, cache="warm"))
+    cell = _measure(_spec("split", tmp_path, cache="warm"))
     assert cell["status"] == "ok" and cell["numerics_ok"] is True
     assert cell["compile_phases"] == {"trace": 0.25, "codegen": 0.5, "first_call": 0.125}
     assert cell["compile_s"] == pytest.approx(0.875)
@@ -61,11 +63,11 @@ def test_a_backend_split_replaces_the_timed_phases_and_keeps_its_first_call(fake
 
 
 def test_the_worker_times_the_first_call_when_the_backend_did_not(fake_backends, tmp_path):
-    cell = worker.measure_cell(_spec("plain", tmp_path, cache="warm"))
+    cell = _measure(_spec("plain", tmp_path, cache="warm"))
     assert list(cell["compile_phases"]) == ["wrap", "first_call"] and cell["compile_phases"]["first_call"] > 0
     assert cell["cache"] == "miss"  # warm, and the backend keeps no store: it built again
     assert cell["tuning_s"] == 7.0 and set(cell["info"]) == {"thread_pinning"}
-    assert worker.measure_cell(_spec("plain", tmp_path))["cache"] == "cold"
+    assert _measure(_spec("plain", tmp_path))["cache"] == "cold"
 
 
 @pytest.mark.parametrize("backend", ["eager", "ort"])
@@ -76,9 +78,9 @@ def test_every_worker_imports_the_same_framework_modules_before_timing(tmp_path,
     import subprocess
     import sys
 
-    code = (f"import sys; from compare.worker import steps\n"
-            f"b, ctx, seconds = steps.prepare_worker({{'backend': {backend!r}, 'workload': 'mlp', 'workload_key': 'k',"
-            f" 'device': 'cpu', 'threads': 1, 'work_dir': {str(tmp_path)!r}}})\n"
+    spec = tiny_spec(backend, tmp_path, threads=1).to_json()
+    code = (f"import sys; from compare.worker import steps; from compare.results.protocol import CellSpec\n"
+            f"b, ctx, seconds = steps.prepare_worker(CellSpec.from_json({spec!r}))\n"
             "print(all(m in sys.modules for m in steps.COMMON_MODULES), seconds > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True"]

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from compare.results.protocol import BisectSpec
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout, for the reproducer's sys.path
 FACTOR = 10.0  # an op is bad when its error vs float64 exceeds this many times eager's
 
@@ -270,32 +272,34 @@ if __name__ == "__main__":
 '''
 
 
-def write_reproducer(out: Path, module, inputs, spec: dict[str, Any], node: str, op: str, eps: float) -> Path:
+def write_reproducer(out: Path, module, inputs, spec: BisectSpec, node: str, op: str, eps: float,
+                     factor: float) -> Path:
     import torch
 
     torch.save([t.detach().clone() for t in inputs], out / "repro_inputs.pt")
     forward = "\n".join("    " + line for line in module.code.strip().splitlines())
     path = out / "repro.py"
-    path.write_text(REPRO.format(cell=spec["label"], backend=spec["backend"], op=op, factor=spec["factor"],
-                                 path=path, root=str(PROJECT_ROOT), options=spec["options"],
-                                 forward=forward, threads=spec["threads"], node=node, device=spec["device"],
+    cell = spec.cell
+    path.write_text(REPRO.format(cell=spec.label, backend=cell.backend, op=op, factor=factor,
+                                 path=path, root=str(PROJECT_ROOT), options=cell.options,
+                                 forward=forward, threads=cell.threads, node=node, device=cell.device,
                                  eps=eps))
     return path
 
 
-def bisect(spec: dict[str, Any]) -> Finding:
+def bisect(spec: BisectSpec) -> Finding:
     import torch
 
     from compare.measure.numerics import PRECISIONS
     from compare.worker.steps import CellSetup, prepare_worker
 
-    backend, ctx, _ = prepare_worker(spec)
+    backend, ctx, _ = prepare_worker(spec.cell)
     ctx.on_phase = None  # no protocol events: this worker talks to a person
-    setup = CellSetup.build(spec)
-    eps, factor = PRECISIONS[setup.dtype_name].eps, float(spec.get("factor") or FACTOR)
+    setup = CellSetup.build(spec.cell)
+    eps, factor = PRECISIONS[setup.dtype_name].eps, float(spec.factor or FACTOR)
     with torch.no_grad():
         graph = Graph(setup.model.eval(), setup.inputs)
-    finding = Finding(spec["label"], spec["backend"], len(graph.candidates))
+    finding = Finding(spec.label, spec.cell.backend, len(graph.candidates))
     seen: dict[int, Probe] = {}
 
     def is_bad(index: int) -> bool:
@@ -317,8 +321,8 @@ def bisect(spec: dict[str, Any]) -> Finding:
     if verdict is not None and not verdict.bad:
         finding.note = "the op is wrong only inside its prefix (fusion with its neighbours); no one-op reproducer"
     else:
-        finding.reproducer = str(write_reproducer(Path(spec["out_dir"]), module, inputs, spec, node.name,
-                                                  finding.op, eps))
+        finding.reproducer = str(write_reproducer(Path(spec.out_dir), module, inputs, spec, node.name,
+                                                  finding.op, eps, factor))
     return finding
 
 
@@ -326,9 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export's pytree deprecations, per deepcopy
-    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    spec = BisectSpec.from_json(Path((argv or sys.argv[1:])[0]).read_text())
     finding = bisect(spec)
-    (Path(spec["out_dir"]) / "bisect.json").write_text(json.dumps(finding.to_dict(), indent=1, default=str))
+    (Path(spec.out_dir) / "bisect.json").write_text(json.dumps(finding.to_dict(), indent=1, default=str))
     return 0
 
 

@@ -22,6 +22,8 @@ import statistics
 import time
 from typing import Any
 
+from compare.results.protocol import CellSpec, DynamicSpec
+
 STRATEGIES = ("specialize", "symbolic", "steady")
 
 
@@ -73,25 +75,25 @@ class DynamicSetup:
     reference: Any  # eager, for the numerics at each size
 
     @classmethod
-    def build(cls, spec: dict[str, Any]) -> "DynamicSetup":
+    def build(cls, spec: CellSpec, plan: dict[str, Any]) -> "DynamicSetup":
         from workloads import build_model, make_inputs, resolve_workloads
 
-        plan, seed, device = spec["dynamic"], spec.get("seed", 0), spec["device"]
-        (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
-        specs = workload.input_specs(spec["size"])
-        reference = build_model(workload, spec["size"], seed).to(device)
+        seed, device = spec.seed, spec.device
+        (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
+        specs = workload.input_specs(spec.size)
+        reference = build_model(workload, spec.size, seed).to(device)
         sizes = plan["values"] + [plan["warmup_value"]]
         inputs = {v: make_inputs(specs_at(specs, plan["dim"], v), seed, device) for v in sizes}
         dims = [{int(d): n for d, n in s.dynamic_dims.items() if n == plan["dim"]} for s in specs]
         return cls(workload, plan, inputs, dims, reference)
 
-    def model(self, spec: dict[str, Any]):
+    def model(self, spec: CellSpec):
         from workloads import build_model
 
-        return build_model(self.workload, spec["size"], spec.get("seed", 0)).to(spec["device"])
+        return build_model(self.workload, spec.size, spec.seed).to(spec.device)
 
 
-def open_session(backend, setup: DynamicSetup, spec: dict[str, Any], ctx, strategy: str):
+def open_session(backend, setup: DynamicSetup, spec: CellSpec, ctx, strategy: str):
     """A session for ``strategy``, warmed on the throwaway size; returns it and the seconds
     that took (the symbolic compile, or the first specialized compile, and one call)."""
     ctx.dynamic_max = max(setup.plan["values"] + [setup.plan["warmup_value"]])
@@ -102,18 +104,19 @@ def open_session(backend, setup: DynamicSetup, spec: dict[str, Any], ctx, strate
     return session, time.perf_counter() - start
 
 
-def measure(spec: dict[str, Any], ctx, backend, emit) -> dict[str, Any]:
+def measure(spec: CellSpec, dynamic: DynamicSpec, ctx, backend, emit) -> dict[str, Any]:
     """Runs in the worker: returns one experiment record."""
-    setup = DynamicSetup.build(spec)
-    strategy = spec["strategy"]
+    setup = DynamicSetup.build(spec, dynamic.plan)
+    strategy = dynamic.strategy
     emit(phase=f"{strategy}: warm-up on a throwaway size")
     if strategy == "steady":
         return _steady(spec, ctx, backend, setup, emit)
     session, warmup_s = open_session(backend, setup, spec, ctx, strategy)
-    return _transitions(spec, session, setup, warmup_s, emit)
+    return _transitions(spec, dynamic, session, setup, warmup_s, emit)
 
 
-def _transitions(spec, session, setup: DynamicSetup, warmup_s: float, emit) -> dict[str, Any]:
+def _transitions(spec: CellSpec, dynamic: DynamicSpec, session, setup: DynamicSetup, warmup_s: float,
+                 emit) -> dict[str, Any]:
     import torch
 
     from compare.measure.numerics import compare_outputs
@@ -124,7 +127,7 @@ def _transitions(spec, session, setup: DynamicSetup, warmup_s: float, emit) -> d
     max_abs, ok = 0.0, True
     for value in plan["sequence"]:
         if value not in first_call:
-            emit(phase=f"{spec['strategy']}: new size {value}")
+            emit(phase=f"{dynamic.strategy}: new size {value}")
         start = time.perf_counter()
         compiled, out = session.run(setup.inputs[value])
         elapsed = time.perf_counter() - start
@@ -136,15 +139,15 @@ def _transitions(spec, session, setup: DynamicSetup, warmup_s: float, emit) -> d
             ref = setup.reference(*setup.inputs[value])
         check = compare_outputs(compiled.outputs_to_torch(out), [ref] if torch.is_tensor(ref) else list(ref))
         max_abs, ok = max(max_abs, check.get("max_abs") or 0.0), ok and check["ok"]
-    emit(phase=f"{spec['strategy']}: steady calls")
-    _more_steady_calls(session, setup, steady, int(spec.get("steady_calls", 15)))
+    emit(phase=f"{dynamic.strategy}: steady calls")
+    _more_steady_calls(session, setup, steady, dynamic.steady_calls)
     transitions = []
     for value, seconds in first_call.items():
         steady_s = statistics.median(steady[value])
         transitions.append({"value": value, "first_call_s": seconds, "steady_s": steady_s,
                             "cost_s": seconds - steady_s})
     return {
-        "workload": spec["workload"], "backend": spec["backend"], "strategy": spec["strategy"], "status": "ok",
+        "workload": spec.workload, "backend": spec.backend, "strategy": dynamic.strategy, "status": "ok",
         "dim": plan["dim"], "values": plan["values"], "warmup_value": plan["warmup_value"], "calls": plan["calls"],
         "warmup_s": warmup_s,
         "transitions": transitions,
@@ -152,7 +155,7 @@ def _transitions(spec, session, setup: DynamicSetup, warmup_s: float, emit) -> d
         "transition_cost_s": statistics.mean(t["cost_s"] for t in transitions),
         "compiles": session.compiles(),
         "steady_ms": {str(v): statistics.median(ts) * 1e3 for v, ts in steady.items()},
-        "max_abs_err": max_abs, "numerics_ok": ok, "threads": spec["threads"], "device": spec["device"],
+        "max_abs_err": max_abs, "numerics_ok": ok, "threads": spec.threads, "device": spec.device,
     }
 
 
@@ -169,15 +172,14 @@ def _more_steady_calls(session, setup: DynamicSetup, steady: dict[int, list[floa
             steady[value].append(time.perf_counter() - start)
 
 
-def _steady(spec, ctx, backend, setup: DynamicSetup, emit) -> dict[str, Any]:
+def _steady(spec: CellSpec, ctx, backend, setup: DynamicSetup, emit) -> dict[str, Any]:
     """Specialized and symbolic code in one process, timed alternately at each size."""
     from compare.measure.stats import geometric_mean, paired_bootstrap_medians
     from compare.measure.timing import Timed, TimingConfig, time_alternating
 
     sessions = {s: open_session(backend, setup, spec, ctx, s)[0] for s in ("specialize", "symbolic")}
-    timing = dict(spec.get("timing", {}))
-    per_size_budget = max(0.5, float(timing.get("budget_s", 8.0)) / max(1, len(setup.plan["values"])))
-    config = TimingConfig(budget_s=per_size_budget, min_samples=int(timing.get("min_samples", 10)))
+    per_size_budget = max(0.5, spec.timing.budget_s / max(1, len(setup.plan["values"])))
+    config = TimingConfig(budget_s=per_size_budget, min_samples=spec.timing.min_samples)
     per_value, resampled = [], []
     for value in setup.plan["values"]:
         emit(phase=f"steady: size {value}")
@@ -196,10 +198,10 @@ def _steady(spec, ctx, backend, setup: DynamicSetup, emit) -> dict[str, Any]:
 
     boot = np.exp(np.mean(np.log(np.vstack(resampled)), axis=0))
     lo, hi = _percentiles(boot)
-    return {"workload": spec["workload"], "backend": spec["backend"], "strategy": "steady", "status": "ok",
+    return {"workload": spec.workload, "backend": spec.backend, "strategy": "steady", "status": "ok",
             "dim": setup.plan["dim"], "values": setup.plan["values"], "per_value": per_value,
-            "slowdown": geo[0] - 1, "slowdown_ci": [lo - 1, hi - 1], "threads": spec["threads"],
-            "device": spec["device"]}
+            "slowdown": geo[0] - 1, "slowdown_ci": [lo - 1, hi - 1], "threads": spec.threads,
+            "device": spec.device}
 
 
 def _percentiles(values) -> tuple[float, float]:

@@ -1,5 +1,6 @@
-"""What a worker needs for one cell, built from the run's config: its spec (plain JSON:
-it may travel to another node), its identity, its log path and its environment."""
+"""What a worker needs for one cell, built from the run's config: its spec (a
+``CellSpec``, plain JSON on the way: it may travel to another node), its identity, its log
+path and its environment."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from compare.harness import environment
-from compare.results.schema import Cell, ResultsError, variant_label
+from compare.measure.timing import TimingConfig
+from compare.results import protocol
+from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
+from compare.results.schema import Cell, variant_label
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)
 
@@ -38,52 +42,61 @@ def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
 
 
 class CellSpecs:
-    """Specs, identities and log paths of the cells of one run."""
+    """Specs, identities and log paths of the cells of one run: the one place a ``CellSpec``
+    is made from the run's config."""
 
     def __init__(self, config):
         self.config = config
 
-    def planned(self, workload, backend: str, extra: dict[str, Any] | None = None, batch: int | None = None,
-                dtype: str = "fp32") -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """(the cell's spec, None), or (None, its failed cell's fields) when the spec cannot
-        be built: an invalid user workload fails its cell, and the run goes on."""
+    def planned(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32", *,
+                interleave: bool = False, dynamic: DynamicSpec | None = None
+                ) -> tuple[CellSpec, None] | tuple[None, CellMeasurement]:
+        """(the cell's spec, None), or (None, its failed measurement) when the spec cannot be
+        built: an invalid user workload fails its cell, and the run goes on."""
         try:
-            return self.spec(workload, backend, extra, batch, dtype), None
+            return self.spec(workload, backend, batch, dtype, interleave=interleave, dynamic=dynamic), None
         except Exception as exc:
-            return None, {**self.base(workload, backend, batch, dtype), "status": "failed",
-                          "error": f"{type(exc).__name__}: {exc}"}
+            return None, protocol.ended("failed", f"{type(exc).__name__}: {exc}", transient=False)
 
-    def spec(self, workload, backend: str, extra: dict[str, Any] | None = None,
-             batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+    def spec(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32", *,
+             interleave: bool = False, dynamic: DynamicSpec | None = None) -> CellSpec:
         """Everything a worker needs to measure one cell. Raises for an invalid user workload."""
         cfg = self.config
-        return {
-            "workload": workload.name,
-            "workload_files": [str(Path(f).resolve()) for f in cfg.workload_files],
-            "workload_key": variant_key(workload, cfg.size, batch, dtype),
-            "size": cfg.size,
-            "batch": batch,
-            "dtype": dtype,
-            "backend": backend,
-            "device": cfg.device,
-            "threads": cfg.threads,
-            "seed": cfg.seed,
-            "timing": cfg.timing,
-            "options": cfg.options,
-            "cache": cfg.cache,
-            "cache_root": str(Path(cfg.cache_root).resolve()),
-            "memory_limit_mb": cfg.memory_limit_mb,
-            "numerics_draws": cfg.numerics_draws,
-            "explain": cfg.explain,
-            "crosscheck": cfg.crosscheck,
-            "affinity": list(cfg.affinity) if cfg.affinity else None,
-            **(extra or {}),
-        }
+        return CellSpec(
+            workload=workload.name,
+            workload_files=tuple(str(Path(f).resolve()) for f in cfg.workload_files),
+            workload_key=variant_key(workload, cfg.size, batch, dtype),
+            size=cfg.size,
+            batch=batch,
+            dtype=dtype,
+            backend=backend,
+            device=cfg.device,
+            threads=cfg.threads,
+            seed=cfg.seed,
+            timing=TimingConfig(**cfg.timing),
+            options=cfg.options,
+            cache=cfg.cache,
+            cache_root=str(Path(cfg.cache_root).resolve()),
+            memory_limit_mb=cfg.memory_limit_mb,
+            numerics_draws=cfg.numerics_draws,
+            explain=cfg.explain,
+            crosscheck=cfg.crosscheck,
+            affinity=tuple(cfg.affinity) if cfg.affinity else None,
+            interleave=interleave,
+            # an experiment counts no work: its record has no roofline
+            count_work=dynamic is None,
+            dynamic=dynamic,
+        )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
+        """The cell's identity: ``Cell.from_measurement``'s keywords."""
         cfg = self.config
         return dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads,
                     batch=batch, dtype=dtype)
+
+    def cell(self, measurement: CellMeasurement, workload, backend: str, batch: int | None = None,
+             dtype: str = "fp32", log: str | None = None) -> Cell:
+        return Cell.from_measurement(measurement, **self.base(workload, backend, batch, dtype), log=log)
 
     @staticmethod
     def log_rel(workload, backend: str, batch, dtype: str, label: str = "") -> str:
@@ -92,13 +105,3 @@ class CellSpecs:
 
     def env(self) -> dict[str, str]:
         return worker_env(self.config)
-
-
-def cell_from_worker(data: dict[str, Any]) -> Cell:
-    """A cell from a worker's fields (plus its identity); an invalid result fails the cell."""
-    try:
-        return Cell.from_dict(data)
-    except (ResultsError, TypeError) as exc:
-        keep = {k: data[k] for k in ("workload", "backend", "size", "device", "threads", "batch", "dtype")
-                if k in data}
-        return Cell(status="failed", error=f"worker returned an invalid result: {exc}", **keep)

@@ -7,14 +7,16 @@ cell as a Ray task on whichever node has the cores.
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from compare.harness.cells import CellSpecs, cell_from_worker
+from compare.harness.cells import CellSpecs
 from compare.harness.interleave import run_interleaved
-from compare.harness.pooling import ProcessPlan, cell_store, pool_processes, process_timing, run_processes
+from compare.harness.pooling import ProcessPlan, cell_store, pool_processes, run_processes
 from compare.harness.process import WorkerProcess, execute_worker, kill_group
+from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
 from compare.results.schema import Cell, variant_label
 
 
@@ -62,8 +64,8 @@ class GroupRounds:
     """One group's cells across the passes of a local run: their specs, and the results
     of every process so far."""
     group: CellGroup
-    specs: dict[str, dict[str, Any]]
-    runs: dict[str, list[dict[str, Any]]]
+    specs: dict[str, CellSpec]
+    runs: dict[str, list[CellMeasurement]]
     announced: set[str]
 
 
@@ -109,17 +111,19 @@ class LocalExecutor(Executor):
         cells = []
         for b in group.backends:
             self.hooks.announce(variant_label(workload.name, batch, dtype), b)
-            cells.append(cell_from_worker(self.run_cell(workload, b, batch=batch, dtype=dtype)))
+            measurement = self.run_cell(workload, b, batch=batch, dtype=dtype)
+            cells.append(self.specs.cell(measurement, workload, b, batch, dtype,
+                                         log=self.specs.log_rel(workload, b, batch, dtype)))
         return cells
 
     def _group_rounds(self, group: CellGroup) -> GroupRounds:
         state = GroupRounds(group, {}, {b: [] for b in group.backends}, set())
         for b in group.backends:
-            spec, failure = self.specs.planned(group.workload, b, {"interleave": True}, group.batch, group.dtype)
-            if spec is None:
-                state.runs[b].append(failure or {})
-            else:
+            spec, failure = self.specs.planned(group.workload, b, group.batch, group.dtype, interleave=True)
+            if spec is not None:
                 state.specs[b] = spec
+            elif failure is not None:
+                state.runs[b].append(failure)
         return state
 
     def _cells(self, state: GroupRounds, final: bool) -> list[Cell]:
@@ -127,24 +131,24 @@ class LocalExecutor(Executor):
         is ok so far is transient: an interrupted run keeps it, and --resume completes it."""
         group, cells = state.group, []
         for b in group.backends:
-            fields = {**self.specs.base(group.workload, b, group.batch, group.dtype), **pool_processes(state.runs[b]),
-                      "log": self.specs.log_rel(group.workload, b, group.batch, group.dtype)}
-            if not final and fields.get("status") == "ok":
-                fields["transient"] = True
-            cells.append(cell_from_worker(fields))
+            pooled = pool_processes(state.runs[b])
+            if not final and pooled.status == "ok":
+                pooled = dataclasses.replace(pooled, transient=True)
+            cells.append(self.specs.cell(pooled, group.workload, b, group.batch, group.dtype,
+                                         log=self.specs.log_rel(group.workload, b, group.batch, group.dtype)))
         return cells
 
     def _interleave(self, state: GroupRounds, plan: ProcessPlan, index: int) -> None:
         """Pass ``index`` of one group: one process of every cell still ok, timed in turns.
         After the first pass, the workers import at once and compile in turn."""
         group, rounds = state.group, plan.count
-        going = [b for b in group.backends if b in state.specs and all(r.get("status") == "ok" for r in state.runs[b])]
+        going = [b for b in group.backends if b in state.specs and all(r.status == "ok" for r in state.runs[b])]
         if not going:
             return
         members = [b for b in going for _ in range(self._processes_per_round(b, group.backends, rounds))]
-        starts = [self._starter(dict(plan.spec(state.specs[b], index), await_compile=index > 0), group, b, index,
-                                state.announced) for b in members]
-        max_rounds = process_timing(self.config.timing, rounds)["max_samples"]
+        specs = {b: dataclasses.replace(plan.spec(state.specs[b], index), await_compile=index > 0) for b in going}
+        starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]
+        max_rounds = specs[going[0]].timing.max_samples  # the same for every cell of the run
         ended = run_interleaved(starts, members, "eager", self.config.timeout_s, max_rounds,
                                 on_worker=self._set_worker, concurrent_imports=index > 0)
         for b, result in zip(members, ended):
@@ -159,7 +163,7 @@ class LocalExecutor(Executor):
             return 1
         return max(1, -(-self.config.reference_processes // rounds))
 
-    def _starter(self, spec, group: CellGroup, backend: str, index: int, announced: set[str]):
+    def _starter(self, spec: CellSpec, group: CellGroup, backend: str, index: int, announced: set[str]):
         workload = group.workload
         on_phase = self._phase_reporter(workload.name, backend, index)
         log = self.output_dir / self.specs.log_rel(workload, backend, group.batch, group.dtype)
@@ -185,26 +189,26 @@ class LocalExecutor(Executor):
         else:
             self._workers.append(worker)
 
-    def run_cell(self, workload, backend: str, extra: dict[str, Any] | None = None, label: str = "",
-                 batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
-        """One cell in ``processes`` fresh workers, one after another; returns the cell's
-        fields (never raises for anything a worker does: crashes, hangs and bad results
-        become a status). Experiments (``extra``) run in one worker."""
+    def run_cell(self, workload, backend: str, label: str = "", batch: int | None = None, dtype: str = "fp32",
+                 dynamic: DynamicSpec | None = None) -> CellMeasurement:
+        """One cell in ``processes`` fresh workers, one after another, pooled (never raises
+        for anything a worker does: crashes, hangs and bad results become a status). An
+        experiment (``dynamic``) runs in one worker."""
         cfg = self.config
-        base = self.specs.base(workload, backend, batch, dtype)
-        spec, failure = self.specs.planned(workload, backend, extra, batch, dtype)
+        spec, failure = self.specs.planned(workload, backend, batch, dtype, dynamic=dynamic)
         if spec is None:
-            return failure or {}
+            assert failure is not None  # planned gives one or the other
+            return failure
         log_rel = self.specs.log_rel(workload, backend, batch, dtype, label)
-        count = 1 if extra else max(1, cfg.processes)
+        count = 1 if dynamic else max(1, cfg.processes)
 
-        def run_one(worker_spec: dict[str, Any], index: int) -> dict[str, Any]:
+        def run_one(worker_spec: CellSpec, index: int) -> CellMeasurement:
             result = execute_worker(worker_spec, self.output_dir / log_rel, cfg.timeout_s, self.specs.env(),
                                     on_phase=self._phase_reporter(workload.name, backend, index, count),
                                     on_start=self._set_current, keep_work_dir=cfg.keep_work_dirs)
             self._current = None
             return result
-        return {**base, **run_processes(spec, count, run_one), "log": log_rel}
+        return run_processes(spec, count, run_one)
 
     def _set_current(self, proc) -> None:
         self._current = proc

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from compare.harness.process import WorkerProcess
 from compare.results import protocol
+from compare.results.protocol import CellMeasurement
 
 SLICE_S = 0.25  # seconds of sampling per turn
 # The reference's rounds are short (eager alone), so it takes many more per turn than a
@@ -126,10 +127,10 @@ def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], r
 def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str,
                     timeout_s: float, max_rounds: int,
                     on_worker: Callable[[WorkerProcess | None], None] | None = None,
-                    concurrent_imports: bool = False) -> list[dict[str, Any] | None]:
+                    concurrent_imports: bool = False) -> list[CellMeasurement | None]:
     """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
     each, as a cell may run in several processes; ``reference`` names the eager-only cell)
-    with interleaved timing. Returns each worker's fields in order, or None for a worker
+    with interleaved timing. Returns each worker's measurement in order, or None for a worker
     not started because an earlier process of its cell failed before timing (a cell that
     hangs must not cost its timeout K times). ``on_worker`` hears of each worker started
     (and None at the end), so that an interrupt can kill them."""

@@ -16,21 +16,22 @@ import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from compare.measure.timing import TimingConfig
-from compare.results.schema import LatencyStats
+from compare.results.latency import LatencyStats
+from compare.results.protocol import CellMeasurement, CellSpec
 
 
-def process_timing(timing: dict[str, Any], count: int) -> dict[str, Any]:
+def process_timing(timing: TimingConfig, count: int) -> TimingConfig:
     """One process's share of a cell's timing: the budget and the sample cap split over
     ``count`` processes, and the precision target widened by sqrt(count), so that K
     processes sample about as long as one did and their pooled median is as precise."""
-    cfg = TimingConfig(**timing)
-    if count > 1:
-        cfg = dataclasses.replace(cfg, budget_s=cfg.budget_s / count, target_rel_se=cfg.target_rel_se * math.sqrt(count),
-                                  max_samples=max(cfg.min_samples, -(-cfg.max_samples // count)))
-    return dataclasses.asdict(cfg)
+    if count <= 1:
+        return timing
+    return dataclasses.replace(timing, budget_s=timing.budget_s / count,
+                               target_rel_se=timing.target_rel_se * math.sqrt(count),
+                               max_samples=max(timing.min_samples, -(-timing.max_samples // count)))
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,12 @@ class ProcessPlan:
     count: int
     store_root: str | None = None  # None: a warm run (the persistent store) or one process
 
-    def spec(self, spec: dict[str, Any], index: int) -> dict[str, Any]:
-        out = dict(spec, process_index=index, timing=process_timing(spec.get("timing", {}), self.count))
+    def spec(self, spec: CellSpec, index: int) -> CellSpec:
+        out = dataclasses.replace(spec, process_index=index, timing=process_timing(spec.timing, self.count))
         if index > 0:  # the cell keeps the first process's profile, counted work and GEMM libraries
-            out.update(explain=False, count_work=False)
+            out = dataclasses.replace(out, explain=False, count_work=False)
         if self.store_root is not None:
-            out.update(cache="warm", store_root=self.store_root, fresh_store=index == 0)
+            out = dataclasses.replace(out, cache="warm", store_root=self.store_root, fresh_store=index == 0)
         return out
 
 
@@ -65,26 +66,25 @@ def cell_store(cache: str, count: int) -> Iterator[str | None]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _median(stats: dict[str, Any] | None) -> float | None:
-    return stats.get("median") if isinstance(stats, dict) else None
+def _median(stats: LatencyStats | None) -> float | None:
+    return stats.median if stats is not None else None
 
 
-def process_summary(run: dict[str, Any]) -> dict[str, Any]:
-    latency = run.get("latency") or {}
-    return {"latency_median_ms": _median(latency), "eager_median_ms": _median(run.get("eager_latency")),
-            "pairs": latency.get("n"), "round_s": run.get("round_s"), "compile_s": run.get("compile_s"),
-            "cache": run.get("cache"), "compile_phases": run.get("compile_phases"), "wall_s": run.get("wall_s"),
-            "started_at": run.get("started_at"), "numerics_ok": run.get("numerics_ok")}
+def process_summary(run: CellMeasurement) -> dict[str, Any]:
+    return {"latency_median_ms": _median(run.latency), "eager_median_ms": _median(run.eager_latency),
+            "pairs": run.latency.n if run.latency else None, "round_s": run.round_s, "compile_s": run.compile_s,
+            "cache": run.cache, "compile_phases": run.compile_phases, "wall_s": run.wall_s,
+            "started_at": run.started_at, "numerics_ok": run.numerics_ok}
 
 
-def warm_start(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def warm_start(runs: list[CellMeasurement]) -> dict[str, Any]:
     """The warm-start figure from the processes after a cold first one: the median of
     their compile seconds (load to first result), and what their caches said."""
     warm = runs[1:]
-    if not warm or runs[0].get("cache") != "cold":
+    if not warm or runs[0].cache != "cold":
         return {}
-    verdicts = sorted({str(run.get("cache")) for run in warm})
-    return {"warm_start_s": statistics.median(run.get("compile_s") or 0.0 for run in warm),
+    verdicts = sorted({str(run.cache) for run in warm})
+    return {"warm_start_s": statistics.median(run.compile_s or 0.0 for run in warm),
             "warm_cache": ", ".join(verdicts)}
 
 
@@ -101,48 +101,48 @@ def pooled_crosscheck(checks: list[dict[str, Any] | None]) -> dict[str, Any] | N
             "runs": sum(c.get("runs", 0) for c in made), "note": made[0].get("note", "")}
 
 
-def _pooled(runs: list[dict[str, Any]], field: str) -> dict[str, Any]:
-    samples = [x for run in runs for x in run[field]["samples"]]
-    return dataclasses.asdict(LatencyStats.from_ms(samples, runs[0][field]["number"]))
+def _pooled(stats: list[LatencyStats | None]) -> LatencyStats:
+    made = [s for s in stats if s is not None]
+    return LatencyStats.from_ms([x for s in made for x in s.samples], made[0].number)
 
 
-def pool_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The cell's fields from its processes' results. A process that did not end ``ok``
+def pool_processes(runs: list[CellMeasurement]) -> CellMeasurement:
+    """The cell's measurement from its processes'. A process that did not end ``ok``
     decides the cell (with its position said); one process is returned as it is."""
     if not runs:
         raise ValueError("no process results to pool")
-    failed = next((i for i, run in enumerate(runs) if run.get("status") != "ok"), None)
+    failed = next((i for i, run in enumerate(runs) if run.status != "ok"), None)
     if failed is not None:
-        run = dict(runs[failed])
+        run = runs[failed]
         if len(runs) > 1 or failed > 0:
-            run["error"] = f"process {failed + 1}: {run.get('error')}"
+            run = dataclasses.replace(run, error=f"process {failed + 1}: {run.error}")
         return run
-    first = dict(runs[0])
-    if not isinstance(first.get("latency"), dict):  # an experiment record: one process, as it is
+    first = runs[0]
+    if first.latency is None:  # an experiment record: one process, as it is
         return first
-    first["process_samples"] = [run["latency"]["n"] for run in runs]
+    first = dataclasses.replace(first, process_samples=[run.latency.n if run.latency else 0 for run in runs])
     if len(runs) == 1:
         return first
-    first["latency"] = _pooled(runs, "latency")
-    first["eager_latency"] = _pooled(runs, "eager_latency")
-    first["processes"] = [process_summary(run) for run in runs]
-    first["numerics_ok"] = all(run.get("numerics_ok") for run in runs)
-    if not first["numerics_ok"] and first.get("numerics_error") is None:
-        first["numerics_error"] = next(run.get("numerics_error") for run in runs if not run.get("numerics_ok"))
-    first["wall_s"] = sum(run.get("wall_s") or 0.0 for run in runs)
-    first["crosscheck"] = pooled_crosscheck([run.get("crosscheck") for run in runs])
-    first.update(warm_start(runs))
-    return first
+    numerics_ok = all(run.numerics_ok for run in runs)
+    numerics_error = first.numerics_error
+    if not numerics_ok and numerics_error is None:
+        numerics_error = next(run.numerics_error for run in runs if not run.numerics_ok)
+    return dataclasses.replace(
+        first, latency=_pooled([run.latency for run in runs]), eager_latency=_pooled([run.eager_latency for run in runs]),
+        processes=[process_summary(run) for run in runs], numerics_ok=numerics_ok, numerics_error=numerics_error,
+        wall_s=sum(run.wall_s or 0.0 for run in runs), crosscheck=pooled_crosscheck([run.crosscheck for run in runs]),
+        **warm_start(runs))
 
 
-def run_processes(spec: dict[str, Any], count: int, run_one) -> dict[str, Any]:
+def run_processes(spec: CellSpec, count: int,
+                  run_one: Callable[[CellSpec, int], CellMeasurement]) -> CellMeasurement:
     """A cell measured in ``count`` fresh workers one after another, pooled; the first
     worker that does not end ok stops it. ``run_one(spec, index)`` runs one worker."""
-    runs: list[dict[str, Any]] = []
-    with cell_store(spec.get("cache", "cold"), count) as store:
+    runs: list[CellMeasurement] = []
+    with cell_store(spec.cache, count) as store:
         plan = ProcessPlan(count, store)
         for index in range(count):
             runs.append(run_one(plan.spec(spec, index), index))
-            if runs[-1].get("status") != "ok":
+            if runs[-1].status != "ok":
                 break
     return pool_processes(runs)

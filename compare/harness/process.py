@@ -8,6 +8,7 @@ kill becomes ``failed``, ``timeout`` or ``out_of_memory`` with a one-line reason
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -22,13 +23,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compare.results import protocol
+from compare.results.protocol import CellMeasurement, CellSpec
 
 
 class WorkerProcess:
-    def __init__(self, spec: dict[str, Any], log_path: Path, env: dict[str, str],
+    def __init__(self, spec: CellSpec, log_path: Path, env: dict[str, str],
                  on_phase: Callable[[str], None] | None = None, keep_work_dir: bool = False):
-        self.work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{spec['workload']}-{spec['backend']}-"))
-        self.spec = dict(spec, work_dir=str(self.work_dir))
+        self.work_dir = Path(tempfile.mkdtemp(prefix=f"dlcompare-{spec.workload}-{spec.backend}-"))
+        self.spec = dataclasses.replace(spec, work_dir=str(self.work_dir))
         self.result_path = self.work_dir / "result.json"
         self.log_path = log_path
         self.on_phase = on_phase
@@ -37,7 +39,7 @@ class WorkerProcess:
         self.last_phase = "start"
         self.timed_out_after: float | None = None
         spec_path = self.work_dir / "spec.json"
-        spec_path.write_text(json.dumps(self.spec, indent=2))
+        spec_path.write_text(self.spec.to_json())
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "a")
         self.start = time.perf_counter()
@@ -45,7 +47,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "compare.worker", str(spec_path), str(self.result_path)],
             stdout=subprocess.PIPE, stderr=self._log, cwd=self.work_dir, env=env,
-            stdin=subprocess.PIPE if spec.get("interleave") else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if spec.interleave else subprocess.DEVNULL,
             start_new_session=True,  # its own process group: killed as one, deaf to our Ctrl-C
             text=True, bufsize=1,
         )
@@ -106,22 +108,22 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill(timed_out_after=timeout_s)
 
-    def collect(self) -> dict[str, Any]:
-        """How the worker ended, as cell fields; cleans up after it."""
+    def collect(self) -> CellMeasurement:
+        """How the worker ended: its measurement, or a status; cleans up after it."""
         self._reader.join(timeout=5)
         self.wait(10)  # its stdout closed; reap it, so that its exit status (a signal) is known
         self._log.close()
         cell = _collect(self.proc.returncode, self.timed_out_after, self.result_path, self.log_path,
                         self.last_phase)
-        cell.update(wall_s=time.perf_counter() - self.start, workload_key=self.spec["workload_key"],
-                    started_at=self.started_at)
+        cell = dataclasses.replace(cell, wall_s=time.perf_counter() - self.start,
+                                   workload_key=self.spec.workload_key, started_at=self.started_at)
         if not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
         return cell
 
 
-def execute_worker(spec: dict[str, Any], log_path: Path, timeout_s: float, env: dict[str, str],
-                   on_phase=None, on_start=None, keep_work_dir: bool = False) -> dict[str, Any]:
+def execute_worker(spec: CellSpec, log_path: Path, timeout_s: float, env: dict[str, str],
+                   on_phase=None, on_start=None, keep_work_dir: bool = False) -> CellMeasurement:
     """One worker from start to end with a timeout; returns the worker's result or a status
     saying how it ended. Used by the local runner and, unchanged, inside a Ray task."""
     worker = WorkerProcess(spec, log_path, env, on_phase=on_phase, keep_work_dir=keep_work_dir)
@@ -141,16 +143,20 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def _collect(returncode: int | None, timed_out_after: float | None, result_path: Path, log_path: Path,
-             last_phase: str) -> dict[str, Any]:
+             last_phase: str) -> CellMeasurement:
     if timed_out_after is not None:
         return protocol.ended("timeout", f"no result within {timed_out_after:g} s (was in phase {last_phase!r})")
     if result_path.exists():
         try:
-            data = json.loads(result_path.read_text())
-            data.pop("worker_s", None)
-            return data
-        except (OSError, ValueError) as exc:
+            text = result_path.read_text()
+        except OSError as exc:
             return protocol.ended("failed", f"worker result unreadable: {exc}")
+        try:
+            return CellMeasurement.from_json(text)
+        except json.JSONDecodeError as exc:
+            return protocol.ended("failed", f"worker result unreadable: {exc}")
+        except (ValueError, TypeError) as exc:  # a field too many or missing, a wrong status
+            return protocol.ended("failed", f"worker returned an invalid result: {exc}")
     tail = log_tail(log_path)
     if protocol.looks_out_of_memory(tail):
         return protocol.ended("out_of_memory", f"worker ran out of memory in phase {last_phase!r}: {last_line(tail)}")

@@ -22,17 +22,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compare.harness.cells import cell_from_worker
 from compare.harness.executor import CellGroup, Executor, RunInterrupted
 from compare.results import protocol
+from compare.results.protocol import CellMeasurement, CellSpec
 
 NODE_LOST = "worker killed by node loss"
 
 
-def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
-                 processes: int = 1) -> tuple[dict, str, dict]:
+def _run_on_node(spec_json: str, timeout_s: float, env: dict[str, str],
+                 processes: int = 1) -> tuple[str, str, dict]:
     """Body of the Ray task: the local worker protocol on this node, in ``processes``
-    fresh workers pooled as the local executor pools them."""
+    fresh workers pooled as the local executor pools them. The spec and the measurement
+    travel as their JSON: the protocol's own checks on both ends."""
     import ray
 
     from compare.harness.pooling import run_processes
@@ -40,11 +41,11 @@ def _run_on_node(spec: dict[str, Any], timeout_s: float, env: dict[str, str],
 
     with tempfile.TemporaryDirectory(prefix="dlcompare-ray-") as tmp:
         log_path = Path(tmp) / "worker.log"
-        cell = run_processes(spec, max(1, processes),
+        cell = run_processes(CellSpec.from_json(spec_json), max(1, processes),
                              lambda worker_spec, _index: execute_worker(worker_spec, log_path, timeout_s, env))
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     node = {"hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
-    return cell, log_text, node
+    return cell.to_json(), log_text, node
 
 
 class RayExecutor(Executor):
@@ -54,7 +55,7 @@ class RayExecutor(Executor):
     def __init__(self, specs, hooks, output_dir, environment: dict[str, Any]):
         super().__init__(specs, hooks, output_dir)
         self.environment = environment
-        self._pending: dict[Any, tuple[Any, str, dict]] = {}
+        self._pending: dict[Any, tuple[CellGroup, str]] = {}
 
     def run(self, groups: list[CellGroup]) -> None:
         import ray
@@ -93,30 +94,31 @@ class RayExecutor(Executor):
         return True
 
     def _submit(self, remote, group: CellGroup, backend: str) -> None:
-        base = self.specs.base(group.workload, backend, group.batch, group.dtype)
         spec, failure = self.specs.planned(group.workload, backend, batch=group.batch, dtype=group.dtype)
         if spec is None:
-            self.hooks.record(cell_from_worker(failure or {}))
+            assert failure is not None  # planned gives one or the other
+            self.hooks.record(self.specs.cell(failure, group.workload, backend, group.batch, group.dtype))
             return
-        ref = remote.remote(spec, self.config.timeout_s, self.specs.env(), self.config.processes)
-        self._pending[ref] = (group, backend, base)
+        ref = remote.remote(spec.to_json(), self.config.timeout_s, self.specs.env(), self.config.processes)
+        self._pending[ref] = (group, backend)
 
     def _collect(self) -> None:
         import ray
 
         while self._pending:
             ready, _ = ray.wait(list(self._pending), num_returns=1)
-            group, backend, base = self._pending.pop(ready[0])
+            group, backend = self._pending.pop(ready[0])
             log_rel = self.specs.log_rel(group.workload, backend, group.batch, group.dtype)
             try:
-                data, log_text, node = ray.get(ready[0])
+                answer, log_text, node = ray.get(ready[0])
+                measurement = CellMeasurement.from_json(answer)
             except ray.exceptions.RayError as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-                data = protocol.ended("failed", f"{NODE_LOST}: {type(exc).__name__}: {first}", transient=True)
+                measurement = protocol.ended("failed", f"{NODE_LOST}: {type(exc).__name__}: {first}", transient=True)
                 log_text, node = "", {}
             (self.output_dir / log_rel).parent.mkdir(parents=True, exist_ok=True)
             (self.output_dir / log_rel).write_text(log_text)
-            cell = cell_from_worker({**base, **data, "log": log_rel})
+            cell = self.specs.cell(measurement, group.workload, backend, group.batch, group.dtype, log=log_rel)
             cell.info = dict(cell.info or {}, node=node)
             self.hooks.announce(cell.label, backend)
             self.hooks.record(cell)

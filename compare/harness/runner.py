@@ -21,6 +21,7 @@ from compare.harness.allocators import GLIBC_TUNED_ENV
 from compare.harness.cells import ALLOCATOR_VARS, CellSpecs, worker_env
 from compare.harness.executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
 from compare.harness.process import last_line
+from compare.results.protocol import DynamicSpec
 from compare.results.schema import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
 
 __all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
@@ -331,10 +332,11 @@ class Runner:
             return dict(base, status="unavailable", error=reason)
         shapes = dynamic.shape_plan(workload, self.config.size, distinct, calls, self.config.seed)
         section.setdefault("plans", {})[workload.name] = shapes
-        record = executor.run_cell(workload, backend, {
-            "experiment": "dynamic", "strategy": strategy, "dynamic": shapes,
-            "steady_calls": steady_calls, "count_work": False}, label=f".dynamic-{strategy}")
-        return {**base, **record}
+        label = f".dynamic-{strategy}"
+        measurement = executor.run_cell(workload, backend, label=label,
+                                        dynamic=DynamicSpec(strategy, shapes, steady_calls))
+        log = self.specs.log_rel(workload, backend, None, "fp32", label)
+        return {**base, **measurement.experiment_record(self.specs.base(workload, backend), log)}
 
 
 def _transient(record: dict[str, Any]) -> bool:

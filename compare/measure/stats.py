@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from compare.results.schema import LatencyStats
+from compare.results.latency import LatencyStats
 
 # A cell is flagged noisy when its interquartile range exceeds this share of the median.
 NOISY_REL_IQR = 0.10

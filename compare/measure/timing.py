@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from compare.measure.stats import median_rel_se, summarize
-from compare.results.schema import LatencyStats
+from compare.results.latency import LatencyStats
 
 
-@dataclass
+@dataclass(frozen=True)
 class TimingConfig:
     warmup_s: float = 0.2  # at least this long of warm-up calls (and >= 2 calls)
     min_sample_s: float = 0.01  # each sample runs enough calls to last this long

@@ -11,10 +11,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from compare.results.files import atomic_write_text
-from compare.results.protocol import STATUSES, TRANSIENT_STATUSES
+from compare.results.latency import LatencyStats, RecordError
+from compare.results.protocol import PROCESS_ONLY, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 
 SCHEMA_VERSION = 6
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
@@ -24,46 +25,6 @@ _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (
 
 class ResultsError(ValueError):
     """A results file cannot be read; the message says which and why in one line."""
-
-
-@dataclass
-class LatencyStats:
-    """Per-call latency in milliseconds over ``n`` samples of ``number`` calls each."""
-
-    median: float
-    p10: float
-    p90: float
-    q1: float
-    q3: float
-    mean: float
-    min: float
-    n: int
-    number: int  # calls averaged into each sample
-    samples: list[float] = field(default_factory=list)  # per-call ms, one per sample
-
-    @property
-    def iqr(self) -> float:
-        return self.q3 - self.q1
-
-    @property
-    def rel_iqr(self) -> float:
-        return self.iqr / self.median if self.median > 0 else math.inf
-
-    @classmethod
-    def from_ms(cls, samples_ms: Sequence[float], number: int) -> "LatencyStats":
-        """Statistics of per-call samples in milliseconds (``number`` calls each)."""
-        import numpy as np
-
-        ms = np.asarray(samples_ms, dtype=np.float64)
-        q = np.percentile(ms, [10, 25, 50, 75, 90])
-        return cls(median=float(q[2]), p10=float(q[0]), p90=float(q[4]), q1=float(q[1]), q3=float(q[3]),
-                   mean=float(ms.mean()), min=float(ms.min()), n=int(ms.size), number=int(number),
-                   samples=[float(x) for x in ms])
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LatencyStats":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def variant_label(workload: str, batch: int | None, dtype: str = "fp32") -> str:
@@ -170,13 +131,26 @@ class Cell:
         missing = {"workload", "backend", "status"} - set(data)
         if missing:
             raise ResultsError(f"cell is missing field(s) {', '.join(sorted(missing))}")
-        kwargs = {k: v for k, v in data.items() if k in names}
-        for stats_field in ("latency", "eager_latency"):
-            if isinstance(kwargs.get(stats_field), dict):
-                kwargs[stats_field] = LatencyStats.from_dict(kwargs[stats_field])
+        unknown = sorted(set(data) - names)
+        if unknown:  # a misspelt field must not quietly become None
+            raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown field(s) {', '.join(unknown)}")
+        kwargs = dict(data)
+        try:
+            for stats_field in ("latency", "eager_latency"):
+                kwargs[stats_field] = LatencyStats.from_json(kwargs.get(stats_field), stats_field)
+        except RecordError as exc:
+            raise ResultsError(f"cell {data['workload']}/{data['backend']}: {exc}") from None
         if kwargs["status"] not in STATUSES:
             raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown status {kwargs['status']!r}")
         return cls(**kwargs)
+
+    @classmethod
+    def from_measurement(cls, measurement: CellMeasurement, *, workload: str, backend: str, size: str, device: str,
+                         threads: int | None, batch: int | None, dtype: str, log: str | None = None) -> "Cell":
+        """The cell of what its worker(s) measured, with its identity (the spec's)."""
+        figures = {k: v for k, v in vars(measurement).items() if k not in PROCESS_ONLY}
+        return cls(workload=workload, backend=backend, size=size, device=device, threads=threads, batch=batch,
+                   dtype=dtype, log=log, **figures)
 
 
 @dataclass
@@ -374,16 +348,20 @@ def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
     """v1 -> v2: the speedup interval is recomputed with the paired bootstrap (the derived
     figures are refilled on load by every reader that reports); the memory figure was the
     worker's own peak above a baseline taken before compiling (now ``compile_peak_mb``,
-    which also counts child processes); TVM's Relax importer phase was called ``import``
-    (now ``frontend``: ``import`` is every backend's import phase, outside compile_s)."""
+    which also counts child processes; its baseline and its ratio to eager's are gone); a
+    compile phase called ``import`` was a model importer's step (now ``frontend``:
+    ``import`` is every backend's import of its modules, outside compile_s), whichever
+    backend wrote it."""
     cells = []
     for cell in data.get("cells", []):
         cell = dict(cell)
         cell.pop("speedup_ci", None)  # v1 bootstrapped unpaired; recomputed paired on load
+        for gone in ("rss_baseline_mb", "peak_rss_ratio_vs_eager"):
+            cell.pop(gone, None)
         if "peak_rss_delta_mb" in cell:
             cell.setdefault("compile_peak_mb", cell.pop("peak_rss_delta_mb"))
         phases = cell.get("compile_phases")
-        if isinstance(phases, dict) and "import" in phases and str(cell.get("backend", "")).startswith("tvm"):
+        if isinstance(phases, dict) and "import" in phases:
             cell["compile_phases"] = {("frontend" if k == "import" else k): v for k, v in phases.items()}
         cells.append(cell)
     return dict(data, cells=cells, schema_version=2, migrated_from=1)

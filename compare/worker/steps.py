@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib
 import json
 import os
@@ -30,6 +31,7 @@ from compare.measure import memory
 from compare.measure.cpus import parse_cpu_list
 from compare.measure.numerics import torch_dtype
 from compare.results import protocol
+from compare.results.protocol import CellSpec
 
 
 def emit(**event: Any) -> None:
@@ -133,22 +135,24 @@ def pinning_during_calls(compiled, prepared, process_cpus: set[int]) -> dict[str
 COMMON_MODULES = ("torch.export", "torch._dynamo")
 
 
-def prepare_worker(spec: dict[str, Any]):
+def prepare_worker(spec: CellSpec):
     """Backend, context and torch's import seconds; the environment is set before torch loads."""
     from adapters import CompileContext, get_backend
 
-    backend = get_backend(spec["backend"])
+    if spec.work_dir is None:
+        raise ValueError("the cell spec has no work_dir: the parent sets it when it starts the worker")
+    backend = get_backend(spec.backend)
     ctx = CompileContext(
-        workload_name=spec["workload"],
-        workload_key=spec["workload_key"],
-        device=spec["device"],
-        threads=spec["threads"],
-        work_dir=Path(spec["work_dir"]),
-        cache=spec.get("cache", "cold"),
-        cache_root=Path(spec["cache_root"]) if spec.get("cache_root") else None,
-        store_root=Path(spec["store_root"]) if spec.get("store_root") else None,
-        options=backend.typed_options(spec.get("options", {})),
-        seed=int(spec.get("seed", 0)),
+        workload_name=spec.workload,
+        workload_key=spec.workload_key,
+        device=spec.device,
+        threads=spec.threads,
+        work_dir=Path(spec.work_dir),
+        cache=spec.cache,
+        cache_root=Path(spec.cache_root),
+        store_root=Path(spec.store_root) if spec.store_root else None,
+        options=backend.typed_options(spec.options),
+        seed=spec.seed,
         on_phase=lambda name: emit(phase=name),
     )
     # Before torch is imported: cache folders and thread pools read the environment once.
@@ -159,7 +163,7 @@ def prepare_worker(spec: dict[str, Any]):
     for name in COMMON_MODULES:
         importlib.import_module(name)
     torch_import_s = time.perf_counter() - start
-    torch.set_num_threads(spec["threads"])
+    torch.set_num_threads(spec.threads)
     torch.set_float32_matmul_precision("highest")
     return backend, ctx, torch_import_s
 
@@ -181,18 +185,18 @@ class CellSetup:
     inputs: list
 
     @classmethod
-    def build(cls, spec: dict[str, Any]) -> "CellSetup":
+    def build(cls, spec: CellSpec) -> "CellSetup":
         from workloads import build_model, make_inputs, resolve_workloads
 
-        (workload,) = resolve_workloads([spec["workload"]], spec.get("workload_files", []))
-        workload = workload.with_batch(spec.get("batch"))
-        dtype_name = spec.get("dtype", "fp32")
+        (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
+        workload = workload.with_batch(spec.batch)
+        dtype_name = spec.dtype
         dtype = torch_dtype(dtype_name)
-        specs = workload.input_specs(spec["size"])
-        seed, device = spec.get("seed", 0), spec["device"]
+        specs = workload.input_specs(spec.size)
+        seed, device = spec.seed, spec.device
         # Weights and floating inputs in the cell's precision; eager runs at that precision too.
-        model = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
-        reference = build_model(workload, spec["size"], seed).to(device=device, dtype=dtype)
+        model = build_model(workload, spec.size, seed).to(device=device, dtype=dtype)
+        reference = build_model(workload, spec.size, seed).to(device=device, dtype=dtype)
         inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed, device)]
         return cls(workload, specs, dtype_name, dtype, model, reference, inputs)
 
@@ -225,19 +229,19 @@ def run_once(compiled, prepared) -> list:
     return [o.clone() if hasattr(o, "clone") else o for o in compiled.outputs_to_torch(raw)]
 
 
-def compile_step(backend, setup: CellSetup, ctx, spec: dict[str, Any], loaded: dict):
+def compile_step(backend, setup: CellSetup, ctx, spec: CellSpec, loaded: dict):
     """Compile and call twice, under a peak-memory probe that covers child processes.
     Returns the backend's CompileResult (its phases final, the first call's included),
     the prepared inputs, the first outputs and the memory figures."""
     import torch
 
-    if spec["device"] == "cuda":
+    if spec.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with memory.TreePeak() as peak:
         try:
             result = backend.compile(setup.model, setup.inputs, ctx)
         except Exception as exc:
-            raise _dtype_refusal(exc, setup.dtype_name, spec["backend"]) from None
+            raise _dtype_refusal(exc, setup.dtype_name, spec.backend) from None
         prepared = result.compiled.prepare(setup.inputs)
         phases = dict(ctx.phases if result.phases is None else result.phases)
         if result.includes_first_call:
@@ -254,7 +258,7 @@ def compile_step(backend, setup: CellSetup, ctx, spec: dict[str, Any], loaded: d
         "compile_peak_mb": _delta(peak.peak_tree_mb, base),
         "compile_children_peak_mb": peak.peak_children_mb,
     }
-    if spec["device"] == "cuda":
+    if spec.device == "cuda":
         result.info["cuda_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return result, prepared, outputs, figures
 
@@ -282,7 +286,7 @@ def steady_memory(compiled, prepared, loaded: dict) -> dict[str, float | None]:
     return {"steady_state_mb": _delta(resident, loaded["rss_after_load_mb"]), "call_peak_mb": call_peak}
 
 
-def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, Any]) -> dict[str, Any]:
+def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) -> dict[str, Any]:
     """Against eager at the cell's precision and a float64 eager reference, on several
     input draws (the first is the timing inputs); each draw is judged on its own, the
     errors reported are the worst over draws."""
@@ -292,11 +296,11 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
     from compare.measure.numerics import compare_outputs, merge_worst, numerics_verdict
 
     model64 = copy.deepcopy(setup.reference_model).double()
-    draws = max(1, int(spec.get("numerics_draws", 1)))
+    draws = max(1, spec.numerics_draws)
     worst: dict[str, Any] = {}
     verdicts = []
     for index in range(draws):
-        draw_inputs = setup.draw(index, spec.get("seed", 0), spec["device"])
+        draw_inputs = setup.draw(index, spec.seed, spec.device)
         draw_outputs = outputs if index == 0 else run_once(compiled, compiled.prepare(draw_inputs))
         with torch.no_grad():
             reference = [t.detach() for t in flatten_outputs(setup.reference_model(*draw_inputs))]
@@ -324,9 +328,9 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: dict[str, An
     }
 
 
-def count_cell_work(setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
+def count_cell_work(setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
     """The roofline's FLOPs and minimum bytes of the cell's model, from an eager call."""
-    if not spec.get("count_work", True):
+    if not spec.count_work:
         return {}
     import torch
 
@@ -338,19 +342,18 @@ def count_cell_work(setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
     return {"work": count_work(setup.reference_model, setup.inputs, outputs)}
 
 
-def time_against_eager(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any]:
+def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
     """Eager and the backend alternately in this process (eager alone in eager's own cell),
-    in one go, or in slices the parent asks for (``spec["interleave"]``)."""
+    in one go, or in slices the parent asks for (``spec.interleave``)."""
     from adapters.eager import TorchCompiled
-    from compare.measure.timing import AlternatingSampler, Timed, TimingConfig
+    from compare.measure.timing import AlternatingSampler, Timed
 
-    timing = TimingConfig(**spec.get("timing", {}))
     candidates = [Timed(compiled.run, prepared, compiled.synchronize)]
-    if spec["backend"] != "eager":
-        eager = TorchCompiled(setup.reference_model, spec["device"])
+    if spec.backend != "eager":
+        eager = TorchCompiled(setup.reference_model, spec.device)
         candidates.insert(0, Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize))
-    sampler = AlternatingSampler(candidates, timing)
-    if spec.get("interleave"):
+    sampler = AlternatingSampler(candidates, spec.timing)
+    if spec.interleave:
         take_slices(sampler)
     else:
         while not sampler.done():
@@ -410,11 +413,11 @@ def cell_info(result) -> dict[str, Any]:
     return {**result.info, "cache_evidence": result.cache.evidence}
 
 
-def profile_kernels(compiled, prepared, median_ms: float, spec: dict[str, Any]) -> dict[str, Any] | None:
+def profile_kernels(compiled, prepared, median_ms: float, spec: CellSpec) -> dict[str, Any] | None:
     """The backend's own kernel profile (``--explain``), after timing and the numerics
     re-check: about two seconds of calls (3 to 50). A backend without one says why; a
     profiler that fails costs the profile, never the cell's measured figures."""
-    if not spec.get("explain"):
+    if not spec.explain:
         return None
     calls = max(3, min(50, int(2000 / max(median_ms, 1e-3))))
     found = own_instrument("profile", "the profiler", lambda: compiled.profile(prepared, calls))
@@ -424,8 +427,6 @@ def profile_kernels(compiled, prepared, median_ms: float, spec: dict[str, Any]) 
 def own_instrument(phase: str, what: str, call) -> dict[str, Any]:
     """A backend's own instrument (profiler, benchmark tool) after timing, as plain data; one
     that is missing says why, and one that fails costs its own field, never the cell's figures."""
-    import dataclasses
-
     from adapters.profiling import ProfileUnavailable
 
     emit(phase=phase)
@@ -437,16 +438,16 @@ def own_instrument(phase: str, what: str, call) -> dict[str, Any]:
         return {"unavailable": f"{what} failed: {one_line(exc)}"}
 
 
-def gemm_libraries(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -> dict[str, Any] | None:
+def gemm_libraries(compiled, prepared, setup: CellSetup, spec: CellSpec) -> dict[str, Any] | None:
     """Which library ran the cell's GEMMs and convolutions (one untimed call of eager under
     torch.profiler says which kinds the graph holds); None where the backend cannot say."""
-    if spec["device"] != "cpu" or not spec.get("count_work", True):
+    if spec.device != "cpu" or not spec.count_work:
         return None  # read from the graph like the counted work: the first process's are the cell's
     from adapters.eager import TorchCompiled
     from adapters.libraries import torch_libraries
 
     try:
-        eager = TorchCompiled(setup.reference_model, spec["device"])
+        eager = TorchCompiled(setup.reference_model, spec.device)
         kinds = set(torch_libraries(eager.run, eager.prepare(setup.inputs)))
         return compiled.libraries(prepared, kinds) if kinds else {}
     except Exception as exc:  # noqa: BLE001 - a graph that cannot be read costs this field only
@@ -457,30 +458,31 @@ def gemm_libraries(compiled, prepared, setup: CellSetup, spec: dict[str, Any]) -
 CROSSCHECK_S = 2.0
 
 
-def crosscheck_cell(compiled, prepared, median_ms: float, spec: dict[str, Any]) -> dict[str, Any] | None:
+def crosscheck_cell(compiled, prepared, median_ms: float, spec: CellSpec) -> dict[str, Any] | None:
     """The artifact re-timed by its backend's own benchmark tool (``--crosscheck``), after
     timing: its median and its ratio to this process's timed median. A tool that is missing
     or fails costs the cross-check, never the cell's figures."""
-    if not spec.get("crosscheck"):
+    if not spec.crosscheck:
         return None
     found = own_instrument("crosscheck", "the tool", lambda: compiled.crosscheck(prepared, CROSSCHECK_S))
     return found if "unavailable" in found else {**found, "ratio": found["median_ms"] / median_ms}
 
 
-def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one cell; returns the fields of ``compare.results.schema.Cell`` (the protocol's result)."""
+def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
+    """Run one cell; returns what it measured (the protocol's answer)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
     backend, ctx, torch_import_s = prepare_worker(spec)
-    if spec.get("experiment") == "dynamic":
+    if spec.dynamic is not None:
         from compare.experiments import dynamic
 
-        return dynamic.measure(spec, ctx, backend, emit)
+        return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
+                                                                                emit))
 
     emit(phase="setup")
     setup = CellSetup.build(spec)
     emit(phase="import")
     loaded = import_backend(backend, ctx)
-    if spec.get("await_compile"):
+    if spec.await_compile:
         await_compile()
     result, prepared, outputs, compile_memory = compile_step(backend, setup, ctx, spec, loaded)
     compiled = result.compiled
@@ -497,51 +499,41 @@ def measure_cell(spec: dict[str, Any]) -> dict[str, Any]:
     pinning = pinning_during_calls(compiled, prepared, process_cpus)
     if numerics["numerics_ok"] and not after["ok"]:
         numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
-    return {
-        "status": "ok",
-        "threads": spec["threads"],
-        "backend_versions": backend.versions(),
-        "settings": {"threads": spec["threads"], "float32_matmul_precision": "highest",
-                     **({"affinity": spec["affinity"]} if spec.get("affinity") else {}), **backend.settings(ctx)},
-        "allocator": allocator_in_use(),
-        "torch_import_s": torch_import_s,
-        "import_s": loaded["import_s"],
-        "compile_phases": result.phases,
-        "compile_s": compile_s,
-        "time_to_first_result_s": torch_import_s + loaded["import_s"] + compile_s,
-        "tuning_s": result.tuning_s,
-        "load_mb": loaded["load_mb"],
-        **compile_memory,
-        **steady,
-        **numerics,
-        **timed,
-        "numerics_after_timing": after,
-        "profile": profile,
-        "crosscheck": crosscheck,
-        "gemm_library": libraries,
-        "cache": cache_verdict(backend, ctx, result, bool(spec.get("fresh_store"))),
-        "info": {**cell_info(result), "thread_pinning": pinning},
-    }
+    figures: dict[str, Any] = {**compile_memory, **steady, **numerics, **timed}  # named as the measurement's fields
+    return protocol.CellMeasurement(
+        status="ok",
+        backend_versions=backend.versions(),
+        settings={"threads": spec.threads, "float32_matmul_precision": "highest",
+                  **({"affinity": list(spec.affinity)} if spec.affinity else {}), **backend.settings(ctx)},
+        allocator=allocator_in_use(),
+        torch_import_s=torch_import_s,
+        import_s=loaded["import_s"],
+        compile_phases=result.phases,
+        compile_s=compile_s,
+        time_to_first_result_s=torch_import_s + loaded["import_s"] + compile_s,
+        tuning_s=result.tuning_s,
+        load_mb=loaded["load_mb"],
+        **figures,
+        numerics_after_timing=after,
+        profile=profile,
+        crosscheck=crosscheck,
+        gemm_library=libraries,
+        cache=cache_verdict(backend, ctx, result, spec.fresh_store),
+        info={**cell_info(result), "thread_pinning": pinning},
+    )
 
 
 def _delta(value: float | None, base: float | None) -> float | None:
     return None if value is None or base is None else value - base
 
 
-def _to_jsonable(result: dict[str, Any]) -> dict[str, Any]:
-    import dataclasses
-
-    return {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v)
-            for k, v in result.items()}
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec_path, result_path = Path(argv[0]), Path(argv[1])
-    spec = json.loads(spec_path.read_text())
-    apply_memory_limit(spec.get("memory_limit_mb"))
-    if spec.get("affinity"):  # --affinity: this process and every thread and child it makes
-        os.sched_setaffinity(0, spec["affinity"])
+    spec = CellSpec.from_json(spec_path.read_text())
+    apply_memory_limit(spec.memory_limit_mb)
+    if spec.affinity:  # --affinity: this process and every thread and child it makes
+        os.sched_setaffinity(0, spec.affinity)
     from adapters import BackendUnavailable
     from compare.results.schema import atomic_write_json
 
@@ -557,8 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         status = "out_of_memory" if protocol.looks_out_of_memory(str(exc)) else "failed"
         result = protocol.ended(status, one_line(exc))
-    result["worker_s"] = time.perf_counter() - start
-    atomic_write_json(result_path, _to_jsonable(result))
+    result = dataclasses.replace(result, worker_s=time.perf_counter() - start)
+    atomic_write_json(result_path, result.to_dict())
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: some compiler runtimes crash in their atexit

@@ -12,6 +12,7 @@ sample the same stretch of time:
 Run it with the workers' environment (the allocator's LD_PRELOAD, OMP_NUM_THREADS=2) on an
 idle machine. Prints both medians of the backend and their ratio.
 """
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -20,14 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from adapters.eager import TorchCompiled  # noqa: E402
+from compare.harness.cells import CellSpecs  # noqa: E402
+from compare.harness.runner import RunConfig  # noqa: E402
 from compare.measure.timing import AlternatingSampler, Timed, TimingConfig  # noqa: E402
 from compare.worker import steps  # noqa: E402
 from workloads import build_model, builtin_workloads, make_inputs  # noqa: E402
 
 
 def compiled_backend(backend_name: str, workload, inputs) -> Timed:
-    spec = {"backend": backend_name, "workload": workload.name, "workload_key": f"{workload.name}-alone",
-            "device": "cpu", "threads": 2, "work_dir": tempfile.mkdtemp(), "options": {}}
+    config = RunConfig(backends=[backend_name], workloads=[workload.name], threads=2)
+    spec = dataclasses.replace(CellSpecs(config).spec(workload, backend_name), work_dir=tempfile.mkdtemp())
     backend, ctx, _ = steps.prepare_worker(spec)
     compiled = backend.compile(build_model(workload, "default"), inputs, ctx).compiled
     return Timed(compiled.run, compiled.prepare(inputs), compiled.synchronize)
