@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,16 +58,31 @@ def run(args, console) -> int:
     found = out / "bisect.json"
     found.unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "compare.experiments.bisect", str(out / "spec.json")],
-                              env=env, timeout=args.timeout)
-        returncode = proc.returncode
-    except subprocess.TimeoutExpired:
-        returncode = f"a timeout after {args.timeout:g} s"
+        returncode = run_worker(out / "spec.json", env, args.timeout)
+    finally:
+        shutil.rmtree(spec["work_dir"], ignore_errors=True)
     if returncode != 0 or not found.is_file():
         console.print(f"[red]bisect failed[/red]: its worker ended with {returncode} (see the lines above)")
         return 1
     print_finding(json.loads(found.read_text()), out, console)
     return 0
+
+
+def run_worker(spec_path: Path, env: dict[str, str], timeout: float) -> int | str:
+    """The bisect worker's exit status, or why it has none. It runs in a process group of
+    its own, killed as one on a timeout or Ctrl-C: a backend that compiles in child
+    processes (TVM's builders, IREE's compiler) would otherwise outlive the bisect, still
+    loading the machine, as the runner's workers never do."""
+    from compare.harness.process import kill_group
+
+    proc = subprocess.Popen([sys.executable, "-m", "compare.experiments.bisect", str(spec_path)], env=env,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"a timeout after {timeout:g} s"
+    finally:
+        kill_group(proc)  # the worker's group, whatever ended the wait; nothing if it exited
 
 
 def print_finding(finding: dict[str, Any], out: Path, console) -> None:
