@@ -60,7 +60,7 @@ def run(args, console) -> int:
     try:
         returncode = run_worker(out / "spec.json", env, args.timeout)
     finally:
-        shutil.rmtree(spec["work_dir"], ignore_errors=True)
+        shutil.rmtree(cell.work_dir, ignore_errors=True)
     if returncode != 0 or not found.is_file():
         console.print(f"[red]bisect failed[/red]: its worker ended with {returncode} (see the lines above)")
         return 1
