@@ -17,10 +17,11 @@ what it does, and it has no symbolic-shape path here.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .base import Backend, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, target_key
 from .profiling import KernelProfile, ProfileUnavailable
@@ -34,9 +35,8 @@ POOL_THREAD_NAME = "XLAEigen"
 
 
 class XlaCompiled(Compiled):
-    def __init__(self, executable, hlo_text: str):
+    def __init__(self, executable):
         self._executable = executable
-        self._hlo_text = hlo_text  # XLA's HLO after optimization
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         import jax
@@ -75,8 +75,9 @@ class XlaBackend(Backend):
 
     def available(self, device: str = "cpu") -> tuple[bool, str]:
         if device == "cuda":
-            return False, ("JAX runs XLA on CUDA through its CUDA plugin (jax[cuda13]), which the [xla] extra does "
-                           "not install; this adapter drives XLA:CPU only")
+            # (no square brackets: the listing's table reads them as markup)
+            return False, ("JAX runs XLA on CUDA through its CUDA plugin (jax's cuda13 extra), which dlcompare's "
+                           "xla extra does not install; this adapter drives XLA:CPU only")
         return super().available(device)
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
@@ -97,15 +98,12 @@ class XlaBackend(Backend):
         jax = _configured_jax(ctx.threads)
         cache_dir = self._cache_dir(ctx)
         before = _entries(cache_dir)
-        hits = _count_events(jax, CACHE_HITS_EVENT)
-        start_hits = hits[0]
-        executable, hlo_text = self._build(module, example_inputs, ctx, jax)
+        with _counted_events(CACHE_HITS_EVENT) as hits:
+            executable, hlo_text = self._build(module, example_inputs, ctx, jax)
         ctx.info["hlo"] = hlo_counts(hlo_text)
         ctx.info["xla_pool_threads_observed"] = xla_pool_threads()
-        cache = None
-        if cache_dir is not None:
-            cache = _verdict(cache_dir, before, _entries(cache_dir), hits[0] - start_hits)
-        return CompileResult(XlaCompiled(executable, hlo_text), cache=cache, info=ctx.info)
+        cache = None if cache_dir is None else _verdict(cache_dir, before, _entries(cache_dir), hits[0])
+        return CompileResult(XlaCompiled(executable), cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy == "symbolic":
@@ -154,7 +152,6 @@ def _configured_jax(threads: int):
 
     jax.config.update("jax_enable_x64", False)
     jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION)
-    jax.config.update("jax_platforms", "cpu")
     _make_cpu_client(jax, threads)
     return jax
 
@@ -167,6 +164,7 @@ def _make_cpu_client(jax, threads: int) -> None:
 
     if xla_bridge.backends_are_initialized():
         return
+    jax.config.update("jax_platforms", "cpu")  # read when the backends are made
     full = os.sched_getaffinity(0)
     existing = _thread_ids()
     os.sched_setaffinity(0, sorted(full)[:max(1, threads)])
@@ -218,8 +216,9 @@ def _entry_computation(hlo_text: str) -> list[str]:
     return lines
 
 
-def _count_events(jax, name: str) -> list[int]:
-    """A counter of JAX monitoring events called ``name`` from now on (a one-element list)."""
+@contextlib.contextmanager
+def _counted_events(name: str) -> Iterator[list[int]]:
+    """How often JAX records the monitoring event ``name`` inside the block (a one-element list)."""
     from jax import monitoring
 
     counter = [0]
@@ -229,7 +228,10 @@ def _count_events(jax, name: str) -> list[int]:
             counter[0] += 1
 
     monitoring.register_event_listener(listener)
-    return counter
+    try:
+        yield counter
+    finally:
+        monitoring.unregister_event_listener(listener)
 
 
 def _entries(folder: Path | None) -> list[str]:
