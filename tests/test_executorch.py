@@ -30,12 +30,13 @@ def test_executorch_small_five_workloads(tmp_path):
 def test_a_workload_it_cannot_lower_fails_its_own_cell_in_one_line(tmp_path):
     proc = run_cli("--backends", "executorch", "--workload-file", FIXTURES / "unlowerable_workloads.py",
                    "--workloads", "bessel", "--size", "small", *FAST, "--output-dir", tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a cell failed, the run finished
     cells = {c["backend"]: c for c in load_results(tmp_path)["cells"]}
     assert cells["eager"]["status"] == "ok"
     failed = cells["executorch"]
-    assert failed["status"] == "failed" and "\n" not in failed["error"]
-    assert "SpecViolationError" in failed["error"] and "bessel_j0" in failed["error"], failed["error"]
+    assert failed["status"] == "failed" and "\n" not in failed["error"] and "[...]" not in failed["error"]
+    assert "SpecViolationError" in failed["error"] and "special_bessel_j0" in failed["error"], failed["error"]
+    assert "not in Core ATen opset" in failed["error"], failed["error"]
 
 
 @pytest.mark.unit
@@ -55,3 +56,11 @@ def test_cuda_status_is_stated():
 
     ok, reason = ExecutorchBackend().available("cuda")
     assert not ok and "no CUDA target" in reason
+
+
+@pytest.mark.unit
+def test_the_lowering_reason_is_its_first_line_that_says_something():
+    from adapters.executorch import lowering_reason
+
+    exc = ValueError("\nOperator aten.x is not in Core ATen opset.\nThere are a few things to try:")
+    assert lowering_reason(exc) == "ValueError: Operator aten.x is not in Core ATen opset."
