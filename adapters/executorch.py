@@ -21,18 +21,16 @@ from typing import Any, Sequence
 
 from . import artifacts
 from .base import Backend, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult
-from .profiling import KernelProfile, ProfileUnavailable, per_call, wall_ms_per_call
+from .profiling import KernelProfile, ProfileUnavailable
 
 PTE = "model.pte"
 DELEGATION = "delegation.json"  # stored beside the .pte: a hit reports the same delegation as the build
 
 
 class ExecutorchCompiled(Compiled):
-    def __init__(self, method, keep_alive, pte: Path, work_dir: Path):
+    def __init__(self, method, keep_alive):
         self._method = method
         self._keep_alive = keep_alive  # the program must outlive its method
-        self._pte = pte
-        self._work_dir = work_dir
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         return [t.detach().contiguous() for t in inputs]
@@ -45,27 +43,10 @@ class ExecutorchCompiled(Compiled):
         return [out.clone() for out in outputs]
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
-        """ExecuTorch's own ETDump, from a twin of the program loaded with it on: the events
-        it records per call (portable operator calls, XNNPACK delegate calls)."""
-        from executorch.devtools import Inspector
-        from executorch.runtime import Runtime
-
-        program = Runtime.get().load_program(self._pte, enable_etdump=True)
-        method = program.load_method("forward")
-        wall = wall_ms_per_call(method.execute, prepared, calls, lambda: None)
-        etdump = self._work_dir / "executorch.etdp"
-        program.write_etdump_result_to_file(str(etdump), str(self._work_dir / "executorch-debug.bin"))
-        rows = [(event.name, len(event.perf_data.raw), float(sum(event.perf_data.raw)), ())
-                for block in Inspector(etdump_path=str(etdump)).event_blocks for event in block.events
-                if event.perf_data is not None and event.name not in WHOLE_CALL_EVENTS]
-        if not rows:
-            raise ProfileUnavailable("ExecuTorch's ETDump recorded no per-op events in this build")
-        return KernelProfile("ExecuTorch ETDump (Inspector)", calls, wall, per_call(rows, calls),
-                             note="events as ExecuTorch's runtime records them; a delegate call is one event")
-
-
-# ETDump events that span a whole call or load, not one op.
-WHOLE_CALL_EVENTS = frozenset({"Method::execute", "Program::load_method", "Method::init"})
+        # Checked: a program loaded with enable_etdump=True writes no ETDump from the pip wheel
+        # ("No etdump data found, try rebuilding with ... EXECUTORCH_ENABLE_EVENT_TRACER").
+        raise ProfileUnavailable("the pip build of ExecuTorch's runtime has no event tracer, so no ETDump profile; "
+                                 "the cell records its delegation (info.delegation) instead")
 
 
 class ExecutorchBackend(Backend):
@@ -147,7 +128,10 @@ class ExecutorchBackend(Backend):
         ctx.info["xnnpack_threadpool_threads_observed"] = portable_lib._threadpool_get_thread_count()
         if method is None:
             raise RuntimeError(f"{pte.name} has no forward method")
-        return ExecutorchCompiled(method, program, pte, ctx.work_dir)
+        return ExecutorchCompiled(method, program)
+
+
+UNPACKING_OPS = frozenset({"getitem"})
 
 
 def delegation_summary(graph_module) -> dict[str, Any]:
@@ -156,8 +140,11 @@ def delegation_summary(graph_module) -> dict[str, Any]:
     from executorch.devtools.backend_debug import get_delegation_info
 
     info = get_delegation_info(graph_module)
-    delegated, portable = info.num_delegated_nodes, info.num_non_delegated_nodes
-    fallback = {op: row.non_delegated for op, row in sorted(info.delegation_by_operator.items()) if row.non_delegated}
+    # getitem only unpacks a delegate's outputs: no kernel runs for it, so it is no fallback.
+    rows = {op: row for op, row in info.delegation_by_operator.items() if op not in UNPACKING_OPS}
+    delegated = sum(row.delegated for row in rows.values())
+    portable = sum(row.non_delegated for row in rows.values())
+    fallback = {op: row.non_delegated for op, row in sorted(rows.items()) if row.non_delegated}
     return {"delegated_subgraphs": info.num_delegated_subgraphs, "delegated_ops": delegated, "portable_ops": portable,
             "delegated_share": delegated / (delegated + portable) if delegated + portable else 0.0,
             "portable_fallback": fallback}
