@@ -1,0 +1,63 @@
+"""XLA:CPU through JAX: the five graphs at small shapes, its threads, its HLO counts."""
+import importlib.util
+
+import pytest
+
+from conftest import FAST, load_results, run_cli
+
+needs_xla = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("jax", "torchax")),
+                               reason="jax or torchax not installed")
+
+
+@needs_xla
+def test_xla_small_five_workloads(tmp_path):
+    proc = run_cli("--backends", "xla", "--size", "small", *FAST, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "xla"]
+    assert len(cells) == 5
+    for c in cells:
+        assert c["status"] == "ok" and c["numerics_ok"] is True, c
+        assert set(c["compile_phases"]) == {"export", "convert", "lower", "compile", "first_call"}
+        # XLA's own intra-op pool, counted by its threads' names, has the run's threads
+        assert c["info"]["xla_pool_threads_observed"] == c["threads"] == c["settings"]["intra_op_threads"]
+        assert c["settings"]["jax_default_matmul_precision"] == "highest" and c["settings"]["jax_enable_x64"] is False
+        assert c["info"]["hlo"]["fusions"] >= 1 and c["info"]["hlo"]["entry_instructions"] >= 1
+
+
+@pytest.mark.unit
+def test_a_missing_jax_is_unavailable_with_the_install_hint(monkeypatch):
+    from adapters.xla import XlaBackend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else real(name, *a))
+    ok, reason = XlaBackend().available()
+    assert not ok and "'jax'" in reason and "pip install -e '.[xla]'" in reason
+
+
+@pytest.mark.unit
+def test_cuda_status_is_stated():
+    from adapters.xla import XlaBackend
+
+    ok, reason = XlaBackend().available("cuda")
+    assert not ok and "CUDA plugin" in reason
+
+
+@pytest.mark.unit
+def test_hlo_counts_read_the_entry_computation():
+    from adapters.xla import hlo_counts
+
+    hlo = """HloModule m
+
+fused_computation {
+  p = f32[4] parameter(0)
+  ROOT t = f32[4] tanh(p)
+}
+
+ENTRY main {
+  a = f32[4] parameter(0)
+  f = f32[4] fusion(a), kind=kLoop, calls=fused_computation
+  d = f32[4,4] custom-call(f), custom_call_target="matmul"
+  ROOT tuple = (f32[4]) tuple(f)
+}
+"""
+    assert hlo_counts(hlo) == {"entry_instructions": 3, "fusions": 1, "custom_calls": 1, "dots_outside_fusions": 0}
