@@ -47,6 +47,7 @@ def test_another_freezing_setting_misses(warm_runs):
     assert cells["unfrozen"]["cache"] == "miss" and cells["unfrozen"]["settings"]["freezing"] is False
 
 
+@pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
 def test_symbolic_shapes_compile_once_for_every_batch(tmp_path):
     import torch
 

@@ -86,6 +86,7 @@ def test_bisect_names_the_injected_bad_op_and_writes_a_failing_reproducer(tmp_pa
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
 def test_bisect_of_a_correct_cell_blames_nothing(tmp_path):
     env = _plugin_env(tmp_path)
     run_dir = tmp_path / "run"

@@ -69,7 +69,7 @@ def test_other_shape_misses(warm_runs, tmp_path):
         assert cells[b]["cache"] == "miss", (b, cells[b]["info"])
 
 
-@pytest.mark.parametrize("backend", ["ort", "iree"])
+@pytest.mark.parametrize("backend", ["ort", pytest.param("iree", marks=pytest.mark.slow)])
 def test_other_backend_version_misses(warm_runs, tmp_path, backend):
     base, store, _, _ = warm_runs
     (meta_path,) = list((store / backend).glob("*/mlp-small-*/artifact.json"))

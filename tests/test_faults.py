@@ -53,7 +53,7 @@ def _no_temp_files(folder: Path) -> bool:
     return not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])
 def test_interrupt_keeps_every_finished_cell(tmp_path, sig, code):
     out = tmp_path / "run"
     proc = _start("--backends", "eager", "--workload-file", FAULTY, "--workloads", "fine,fine2,hangs,makes_nan",
@@ -236,6 +236,7 @@ def test_nan_and_wrong_outputs_are_reported_not_crashed(tmp_path):
     faults.record("workload with NaN / non-tensor outputs", 2, 0)
 
 
+@pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
 def test_two_runs_at_once_share_logs_and_reports(tmp_path):
     """Two processes, one tuning-log folder, one reports folder, same workload."""
     common = ["--backends", "ort,iree", "--workloads", "mlp", "--size", "small", "--cache", "warm",

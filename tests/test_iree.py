@@ -26,6 +26,7 @@ def test_iree_small_five_workloads(tmp_path):
         assert "--iree-llvmcpu-target-cpu=host" in flags and any(f.startswith("--iree-opt-level=") for f in flags)
 
 
+@pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
 def test_iree_one_thread_uses_local_sync(tmp_path):
     proc = run_cli("--backends", "iree", "--workloads", "mlp", "--size", "small", "--threads", "1",
                    *FAST, "--output-dir", tmp_path)

@@ -64,6 +64,7 @@ def test_openvino_as_a_torch_compile_backend_runs(cold):
     assert list(cell["compile_phases"]) == ["compile"] and cell["settings"]["frontend"].startswith("torch.compile")
 
 
+@pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
 def test_openvino_warm_second_run_loads_its_own_cache(tmp_path):
     store = tmp_path / "store"
     runs = []
@@ -157,7 +158,7 @@ def test_layer_categories():
     assert layer_category("Subgraph", "jit_avx2_f32") == "pointwise"
 
 
-@pytest.mark.parametrize("allocator", ["tcmalloc", "jemalloc"])
+@pytest.mark.parametrize("allocator", ["tcmalloc", pytest.param("jemalloc", marks=pytest.mark.slow)])
 def test_openvino_runs_under_a_preloaded_allocator(tmp_path, allocator):
     """OpenVINO's TBB deep-binds hwloc, which then freed tcmalloc's memory with glibc's free
     (an abort in compile_model); the backend's environment turns the deep binding off."""

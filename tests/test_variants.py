@@ -42,6 +42,7 @@ def test_bad_variant_on_the_command_line_is_one_line_and_exit_2():
                                    "ort-spinning='maybe': use on or off"), proc.stderr
 
 
+@pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
 def test_two_settings_of_one_backend_in_one_run(tmp_path):
     pytest.importorskip("onnxruntime")
     proc = run_cli("--backends", "ort,ort:ort-spinning=on:onnx-opset=18", "--workloads", "mlp", "--size", "small",
