@@ -313,6 +313,15 @@ def flatten_outputs(outputs: Any) -> list[Any]:
     return [outputs]
 
 
+def process_thread_names() -> list[str] | None:
+    """The names of this process's threads (``/proc/self/task/*/comm``), by which a runtime's
+    own pool threads are counted; None where they cannot be read."""
+    try:
+        return [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
+    except OSError:
+        return None
+
+
 def slug(text: str) -> str:
     """Lower-case, [a-z0-9.-] only: safe as one path component."""
     out = "".join(ch if ch.isalnum() or ch in ".-" else "-" for ch in text.lower())

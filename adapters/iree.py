@@ -26,6 +26,7 @@ from .base import (
     cuda_arch_option,
     export_dynamic_shapes,
     option,
+    process_thread_names,
 )
 from .profiling import CrossCheck, KernelProfile, ProfileUnavailable, per_call, tool_path
 
@@ -350,11 +351,8 @@ def _shared_config(driver: str, threads: int, allocator: str = "default"):
 def iree_worker_threads() -> int | None:
     """IREE's task workers alive in this process, counted by the names IREE's runtime
     gives their threads (``iree-worker-N``): the worker count as IREE itself set it up."""
-    try:
-        names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
-    except OSError:
-        return None
-    return sum(name.startswith("iree-worker") for name in names)
+    names = process_thread_names()
+    return None if names is None else sum(name.startswith("iree-worker") for name in names)
 
 
 def _cuda_archs(ctx: CompileContext) -> list[str]:

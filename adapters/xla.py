@@ -19,11 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .base import Backend, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, target_key
+from .base import (
+    Backend,
+    BackendUnavailable,
+    CacheVerdict,
+    CompileContext,
+    Compiled,
+    CompileResult,
+    flatten_outputs,
+    process_thread_names,
+    target_key,
+)
 from .profiling import KernelProfile, ProfileUnavailable
 
 # XLA:CPU's numerics, stated rather than left to its defaults: no fast math (XLA's default
@@ -46,7 +55,7 @@ class XlaCompiled(Compiled):
 
     def run(self, prepared: Any) -> Any:
         outputs = self._executable(*prepared)
-        for out in _leaves(outputs):
+        for out in flatten_outputs(outputs):
             out.block_until_ready()  # JAX dispatches asynchronously: a call ends when its outputs exist
         return outputs
 
@@ -54,7 +63,7 @@ class XlaCompiled(Compiled):
         import numpy as np
         import torch
 
-        return [torch.from_numpy(np.array(out)) for out in _leaves(outputs)]
+        return [torch.from_numpy(np.array(out)) for out in flatten_outputs(outputs)]
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         raise ProfileUnavailable("XLA:CPU is not profiled in dlcompare; the cell records its optimized HLO's "
@@ -185,11 +194,8 @@ def _thread_ids() -> set[int]:
 
 def xla_pool_threads() -> int | None:
     """XLA's intra-op pool threads alive in this process, by the name XLA gives them."""
-    try:
-        names = [(task / "comm").read_text() for task in Path("/proc/self/task").iterdir()]
-    except OSError:
-        return None
-    return sum(POOL_THREAD_NAME in name for name in names)
+    names = process_thread_names()
+    return None if names is None else sum(POOL_THREAD_NAME in name for name in names)
 
 
 def hlo_counts(hlo_text: str) -> dict[str, int]:
@@ -237,7 +243,7 @@ def _counted_events(name: str) -> Iterator[list[int]]:
 def _entries(folder: Path | None) -> list[str]:
     if folder is None:
         return []
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and not re.match(r"^\.", p.name))
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
 
 def _verdict(folder: Path, before: list[str], after: list[str], hits: int) -> CacheVerdict:
@@ -245,9 +251,3 @@ def _verdict(folder: Path, before: list[str], after: list[str], hits: int) -> Ca
     evidence = {"cache_dir": str(folder), "entries_before": len(before), "entries_after": len(after),
                 "jax_cache_hit_events": hits}
     return CacheVerdict("hit" if hits > 0 and before and set(before) == set(after) else "miss", evidence)
-
-
-def _leaves(outputs: Any) -> list[Any]:
-    if isinstance(outputs, (list, tuple)):
-        return [leaf for item in outputs for leaf in _leaves(item)]
-    return [outputs]
