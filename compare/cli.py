@@ -135,6 +135,9 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
 
 
+SCENARIOS = ("back-to-back", "single-stream")
+
+
 def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
     """How latency and numerics are sampled."""
     from compare.harness.runner import RunConfig
@@ -143,6 +146,10 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
     parser.add_argument("--time-budget", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
     parser.add_argument("--min-samples", type=_positive_int, default=TimingConfig.min_samples)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="back-to-back",
+                        help="back-to-back: each sample averages calls made one after another, the median of "
+                             "samples is the latency (default); single-stream: every request timed on its own, "
+                             "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request")
     parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
                         help="one untimed call before each timed sample, so that no sample pays for what the "
                              "other callable left behind (default on; off: the method before 2026-11)")

@@ -22,7 +22,7 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
 
     from compare.harness.runner import RunInterrupted, Runner
     from compare.report.outputs import write_outputs
-    from compare.report.text import problems, rich_geomean_table, rich_table
+    from compare.report.text import problems, rich_extra_tables, rich_table
 
     stored = None
     if args.resume:
@@ -62,9 +62,8 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     finalize_outputs(results, config, args, console)
     out = wide_console()
     out.print(rich_table(results))
-    geo = rich_geomean_table(results)
-    if geo is not None:
-        out.print(geo)
+    for table in rich_extra_tables(results):
+        out.print(table)
     issues = problems(results)
     for line in issues:
         out.print(f"[red]problem:[/red] {line}", highlight=False)
@@ -185,7 +184,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
 
     from compare.report.outputs import write_outputs
-    from compare.report.text import rich_geomean_table, rich_table
+    from compare.report.text import rich_extra_tables, rich_table
     from compare.results.derived import fill_derived
     from compare.results.schema import RunResults
 
@@ -197,9 +196,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_outputs(results, run_dir, record=False, reports=True)  # results.json stays as measured
     console = wide_console()
     console.print(rich_table(results))
-    geo = rich_geomean_table(results)
-    if geo is not None:
-        console.print(geo)
+    for table in rich_extra_tables(results):
+        console.print(table)
     return EXIT_OK
 
 

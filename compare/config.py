@@ -74,8 +74,8 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         output_dir=str(_output_dir(args, output_dir)),
         workload_files=[str(Path(f).resolve()) for f in args.workload_file],
         seed=args.seed,
-        timing={"budget_s": args.time_budget, "min_samples": args.min_samples,
-                "sample_warmup": args.sample_warmup == "on"},
+        timing=_timing(args),
+        scenario=getattr(args, "scenario", "back-to-back"),
         options=backend_options(args),
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
@@ -97,6 +97,23 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         noise_probe_s=args.noise_probe,
         affinity=affinity,
     )
+
+
+# Single-stream: enough requests per cell for a p99.9 (1/(1-0.999)), over its processes.
+SINGLE_STREAM_REQUESTS = 1000
+
+
+def _timing(args: argparse.Namespace) -> dict:
+    """The TimingConfig fields the command line sets. Single-stream times one request per
+    sample, with no untimed call between requests, until the cell has at least
+    SINGLE_STREAM_REQUESTS (and its time budget is spent)."""
+    timing = {"budget_s": args.time_budget, "min_samples": args.min_samples,
+              "sample_warmup": args.sample_warmup == "on"}
+    if getattr(args, "scenario", "back-to-back") == "single-stream":
+        per_process = -(-SINGLE_STREAM_REQUESTS // args.processes)
+        timing.update(per_request=True, sample_warmup=False, min_samples=max(args.min_samples, per_process),
+                      max_samples=100 * SINGLE_STREAM_REQUESTS)
+    return timing
 
 
 def _checked_affinity(cpus: list[int] | None) -> list[int] | None:

@@ -17,7 +17,7 @@ CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size
            "--system-malloc": "allocator", "--processes": "processes", "--thread-spin": "thread_spin",
            "--reference-processes": "reference_processes", "--affinity": "affinity",
            "--numerics-draws": "numerics_draws", "--roofline": "roofline", "--tuning-logs": "cache_root",
-           "--executor": "executor", "--ray-share-cores": "ray_share_cores",
+           "--executor": "executor", "--ray-share-cores": "ray_share_cores", "--scenario": "scenario",
            # reporting only, but the kept cells were made without (or with) it: refused, never ignored
            "--explain": "explain", "--crosscheck": "crosscheck"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).

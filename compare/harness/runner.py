@@ -85,6 +85,10 @@ class RunConfig:
     # cells, shown in the header; 0: none.
     noise_probe_s: float = 3.0
     affinity: list[int] | None = None  # --affinity: the CPUs every worker is pinned to
+    # How calls are issued (--scenario): "back-to-back" (each sample averages calls made one
+    # after another; the median of samples) or "single-stream" (MLPerf's SingleStream: one
+    # request per sample, each after the last returned; per-request percentiles).
+    scenario: str = "back-to-back"
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict

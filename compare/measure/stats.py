@@ -12,6 +12,25 @@ from compare.results.latency import LatencyStats
 NOISY_REL_IQR = 0.10
 
 
+# The per-request percentiles of the single-stream scenario, as MLPerf LoadGen reports them.
+REQUEST_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+
+
+def request_percentiles(samples_ms: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p90/p99/p99.9 of per-request latencies (ms), their max and count. Each is an
+    observed request (the smallest with at least q % of requests at or below it), as a
+    latency SLO reads it, not an interpolation. A percentile needs at least 1/(1-q)
+    requests (p99: 100, p99.9: 1000) to be more than the largest one seen: with fewer it is
+    None, not a guess."""
+    ms = np.sort(np.asarray(samples_ms, dtype=float))
+    out: dict[str, float | int | None] = {"n": int(ms.size), "max": float(ms[-1]) if ms.size else None}
+    for q in REQUEST_PERCENTILES:
+        enough = ms.size >= round(1 / (1 - q / 100))
+        rank = math.ceil(round(q / 100 * ms.size, 9))  # rounded: 0.999 x 1000 is 999, not 999.0000001
+        out[f"p{q:g}"] = float(ms[max(rank, 1) - 1]) if enough else None
+    return out
+
+
 def geometric_mean(values: Sequence[float]) -> float | None:
     """The geometric mean of positive ratios (None for none): the mean of speedups, as
     slowdowns and speedups count alike."""

@@ -31,6 +31,11 @@ class TimingConfig:
     # a mean over that second, not a 10 ms glimpse of whichever speed the machine was in.
     balance_samples: bool = True
     max_sample_s: float = 0.5
+    # The single-stream scenario (MLPerf LoadGen's SingleStream): every sample is one
+    # request, issued when the previous one has returned, so the samples are the
+    # per-request latencies whose tail (p99, p99.9) the scenario reports. The stopping rule
+    # then ignores the median's precision: a tail needs a count, not a precise median.
+    per_request: bool = False
 
 
 def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None],
@@ -91,7 +96,7 @@ class AlternatingSampler:
         self.config = config
         self.single_s = [warm_up(c.run, c.arg, c.sync, config.warmup_s) for c in self.candidates]
         sample_s = sample_seconds(self.single_s, config)
-        self.numbers = [calibrate(single, sample_s) for single in self.single_s]
+        self.numbers = [1 if config.per_request else calibrate(single, sample_s) for single in self.single_s]
         self.samples: list[list[float]] = [[] for _ in self.candidates]
         self.rounds = 0
         self.sampling_s = 0.0  # time spent in take_rounds, the budget's clock
@@ -102,12 +107,18 @@ class AlternatingSampler:
         for _ in range(count):
             for i in (order if self.rounds % 2 == 0 else order[::-1]):
                 c = self.candidates[i]
-                self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync,
-                                                   warm=self.config.sample_warmup))
+                self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync, warm=self.warm_calls))
             self.rounds += 1
         self.sampling_s += time.perf_counter() - start
 
+    @property
+    def warm_calls(self) -> bool:
+        """An untimed call before each sample; never between a single stream's requests."""
+        return self.config.sample_warmup and not self.config.per_request
+
     def precise(self) -> bool:
+        if self.config.per_request:
+            return False
         return all(median_rel_se(s) <= self.config.target_rel_se for s in self.samples)
 
     def done(self) -> bool:
@@ -122,7 +133,7 @@ class AlternatingSampler:
         """Seconds one round has taken so far (a first guess before any round)."""
         if self.rounds:
             return self.sampling_s / self.rounds
-        extra = 1 if self.config.sample_warmup else 0
+        extra = 1 if self.warm_calls else 0
         return sum((n + extra) * single for n, single in zip(self.numbers, self.single_s))
 
     def stats(self) -> list[LatencyStats]:

@@ -234,7 +234,7 @@ def conditions_line(results: RunResults) -> str:
     affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
-            f"thread spin {cfg.get('thread_spin', 'default')}; "
+            f"thread spin {cfg.get('thread_spin', 'default')}; scenario {cfg.get('scenario', 'back-to-back')}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
             f"{backend_conditions(results)}{pinning_text(results)}")
@@ -315,6 +315,28 @@ def libraries_line(results: RunResults) -> str | None:
     return "GEMM and convolution libraries: " + "; ".join(parts) + "."
 
 
+def _fmt_ms_or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def request_rows(results: RunResults) -> list[dict[str, Any]]:
+    """Single-stream: per cell, the backend's and the in-cell eager's per-request percentiles."""
+    rows = []
+    for cell in results.cells:
+        for side, pct in (cell.request_latency_ms or {}).items():
+            if side == "eager" and cell.backend == "eager":
+                continue
+            rows.append({"workload": cell.label, "backend": cell.backend,
+                         "timed": "in-cell eager" if side == "eager" else cell.backend, "requests": pct["n"],
+                         **{f"{name} ms": _fmt_ms_or_dash(pct[name]) for name in ("p50", "p90", "p99", "p99.9", "max")}})
+    return rows
+
+
+REQUEST_NOTE = ("Single-stream (MLPerf LoadGen's SingleStream): every request timed on its own, the next issued "
+                "when the last returned, eager's requests alternated with the backend's in the same workers. Each "
+                "percentile is an observed request; p99 needs 100 requests and p99.9 1000, else '-'.")
+
+
 def summary_markdown(results: RunResults) -> str:
     frame = pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS)
     lines = [
@@ -349,6 +371,10 @@ def summary_markdown(results: RunResults) -> str:
                   "Over one common set of workloads per batch and dtype: those where every backend ran and "
                   "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
                   "backend's failure) are listed."]
+    requests = request_rows(results)
+    if requests:
+        lines += ["", "## Per-request latency (single-stream)", "", pd.DataFrame(requests).to_markdown(index=False),
+                  "", REQUEST_NOTE]
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)
@@ -376,15 +402,25 @@ def rich_table(results: RunResults):
     return table
 
 
-def rich_geomean_table(results: RunResults):
+def _rich_rows_table(title: str, rows: list[dict[str, Any]]):
     from rich.table import Table
 
-    rows = geomean_rows(results)
-    if not rows:
-        return None
-    table = Table(title="geometric-mean speedup over eager (a common set of cells that ran and agreed)")
+    table = Table(title=title)
     for column in rows[0]:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     return table
+
+
+def rich_geomean_table(results: RunResults):
+    rows = geomean_rows(results)
+    return _rich_rows_table("geometric-mean speedup over eager (a common set of cells that ran and agreed)",
+                            rows) if rows else None
+
+
+def rich_extra_tables(results: RunResults) -> list:
+    """The tables printed below the cells: geometric means, per-request latency."""
+    geo, requests = rich_geomean_table(results), request_rows(results)
+    return ([geo] if geo is not None else []) + (
+        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else [])

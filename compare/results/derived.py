@@ -13,6 +13,7 @@ from compare.measure.stats import (
     block_rounds,
     break_even_calls,
     process_speedups,
+    request_percentiles,
     speedup_and_break_even,
 )
 from compare.results.schema import Cell, RunResults
@@ -87,6 +88,14 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
         cell.break_even_note = None
 
 
+def fill_request_latency(cell: Cell) -> None:
+    """Single-stream: each sample is one request, so its samples are the request latencies."""
+    pairs = {"backend": cell.latency, "eager": cell.eager_latency}
+    if all(stats is not None and stats.number == 1 for stats in pairs.values()):
+        cell.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
+                                   if stats is not None}
+
+
 def correlation_seconds(results: RunResults) -> float | None:
     """The machine's correlation time from the noise probe taken before the cells (the
     intervals are made as cells end, so the probe after them cannot count)."""
@@ -99,10 +108,13 @@ def fill_derived(results: RunResults) -> None:
                   if c.backend == "eager" and c.status == "ok" and c.latency}
     ceilings = results.experiments.get("roofline_ceilings")
     correlation_s = correlation_seconds(results)
+    per_request = (results.config.get("timing") or {}).get("per_request", False)
     for cell in results.cells:
         if cell.status != "ok" or cell.latency is None:
             continue
         fill_speedup(cell, correlation_s)
+        if per_request:
+            fill_request_latency(cell)
         cell.eager_only_ms = eager_only.get(cell.label)
         if cell.eager_only_ms and cell.eager_median_ms:
             cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1

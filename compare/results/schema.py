@@ -58,6 +58,9 @@ class Cell:
     processes: list[dict[str, Any]] | None = None  # per process: medians, round s, compile s, cache, wall s
     speedup_processes: list[float] | None = None  # each process's own speedup: the spread beside the interval (derived)
     interval: dict[str, Any] | None = None  # how speedup_ci was made: processes, block rounds, tail (derived)
+    # --scenario single-stream: per-request percentiles (ms) of the backend and of the in-cell
+    # eager, {"backend": {p50, p90, p99, p99.9, max, n}, "eager": {...}} (derived)
+    request_latency_ms: dict[str, Any] | None = None
     warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
     warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
     max_abs_err: float | None = None  # vs eager fp32
@@ -292,6 +295,10 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "allocator": cell.allocator,
         "cache": cell.cache,
     }
+    for side, percentiles in (cell.request_latency_ms or {}).items():
+        prefix = "request" if side == "backend" else "eager_request"
+        row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
+                    if name != "n"})
     for phase, seconds in cell.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
