@@ -28,9 +28,10 @@ DELEGATION = "delegation.json"  # stored beside the .pte: a hit reports the same
 
 
 class ExecutorchCompiled(Compiled):
-    def __init__(self, method, keep_alive):
+    def __init__(self, method, keep_alive, delegation: dict[str, Any] | None = None):
         self._method = method
         self._keep_alive = keep_alive  # the program must outlive its method
+        self._delegation = delegation or {}
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         return [t.detach().contiguous() for t in inputs]
@@ -41,6 +42,9 @@ class ExecutorchCompiled(Compiled):
     def outputs_to_torch(self, outputs: Any) -> list[Any]:
         # The runtime's outputs live in its planned memory, which the next call overwrites.
         return [out.clone() for out in outputs]
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        return delegated_libraries(self._delegation.get("portable_fallback", {}), kinds)
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         # Checked: a program loaded with enable_etdump=True writes no ETDump from the pip wheel
@@ -83,7 +87,7 @@ class ExecutorchBackend(Backend):
                 artifacts.write_meta(folder, [PTE, DELEGATION], expected)
             ctx.info["delegation"] = json.loads((folder / DELEGATION).read_text())
             ctx.info["pte_bytes"] = (folder / PTE).stat().st_size
-            compiled = self._load(folder / PTE, ctx)
+            compiled = self._load(folder / PTE, ctx, ctx.info["delegation"])
         cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit)) if warm else None
         return CompileResult(compiled, cache=cache, info=ctx.info)
 
@@ -115,7 +119,7 @@ class ExecutorchBackend(Backend):
         (folder / DELEGATION).write_text(json.dumps(delegation, indent=2))
 
     @staticmethod
-    def _load(pte: Path, ctx: CompileContext) -> ExecutorchCompiled:
+    def _load(pte: Path, ctx: CompileContext, delegation: dict[str, Any]) -> ExecutorchCompiled:
         from executorch.extension.pybindings import portable_lib
         from executorch.runtime import Runtime
 
@@ -128,7 +132,7 @@ class ExecutorchBackend(Backend):
         ctx.info["xnnpack_threadpool_threads_observed"] = portable_lib._threadpool_get_thread_count()
         if method is None:
             raise RuntimeError(f"{pte.name} has no forward method")
-        return ExecutorchCompiled(method, program)
+        return ExecutorchCompiled(method, program, delegation)
 
 
 UNPACKING_OPS = frozenset({"getitem"})
@@ -148,6 +152,22 @@ def delegation_summary(graph_module) -> dict[str, Any]:
     return {"delegated_subgraphs": info.num_delegated_subgraphs, "delegated_ops": delegated, "portable_ops": portable,
             "delegated_share": delegated / (delegated + portable) if delegated + portable else 0.0,
             "portable_fallback": fallback}
+
+
+def op_kind(op: str) -> str | None:
+    """"gemm" or "conv" for an edge op as the delegation report names it (aten_linear_default)."""
+    name = op.removeprefix("aten_").removesuffix("_default")
+    if "convolution" in name:
+        return "conv"
+    return "gemm" if name in ("linear", "addmm", "mm", "bmm", "baddbmm", "matmul") else None
+
+
+def delegated_libraries(portable_fallback: dict[str, int], kinds: set[str]) -> dict[str, str]:
+    """XNNPACK for each kind of eager's GEMMs and convolutions, unless an op of that kind fell
+    back to ExecuTorch's portable kernels (then both, as some may still be delegated)."""
+    fell_back = {op_kind(op) for op in portable_fallback}
+    return {kind: "ExecuTorch portable kernels + XNNPACK" if kind in fell_back else "XNNPACK"
+            for kind in sorted(kinds)}
 
 
 def lowering_reason(exc: BaseException) -> str:

@@ -24,6 +24,8 @@ def test_executorch_small_five_workloads(tmp_path):
         assert delegation["delegated_ops"] > 0 and 0 < delegation["delegated_share"] <= 1
         assert isinstance(delegation["portable_fallback"], dict)
         assert c["info"]["pte_bytes"] > 0
+    libraries = {c["workload"]: c["gemm_library"] for c in cells}
+    assert libraries["mlp"] == {"gemm": "XNNPACK"} and libraries["conv"] == {"conv": "XNNPACK"}
 
 
 @needs_executorch
@@ -64,3 +66,13 @@ def test_the_lowering_reason_is_its_first_line_that_says_something():
 
     exc = ValueError("\nOperator aten.x is not in Core ATen opset.\nThere are a few things to try:")
     assert lowering_reason(exc) == "ValueError: Operator aten.x is not in Core ATen opset."
+
+
+@pytest.mark.unit
+def test_gemm_library_names_the_portable_fallback_when_a_gemm_falls_back():
+    from adapters.executorch import delegated_libraries, op_kind
+
+    assert op_kind("aten_linear_default") == "gemm" and op_kind("aten_convolution_default") == "conv"
+    assert op_kind("aten_sin_default") is None
+    assert delegated_libraries({"aten_sin_default": 1}, {"gemm", "conv"}) == {"conv": "XNNPACK", "gemm": "XNNPACK"}
+    assert delegated_libraries({"aten_bmm_default": 2}, {"gemm"}) == {"gemm": "ExecuTorch portable kernels + XNNPACK"}
