@@ -22,6 +22,7 @@ TORCH_OPS = {
     "aten::baddbmm": ("gemm", "BLAS"),
     "aten::_scaled_dot_product_flash_attention_for_cpu": ("gemm", "ATen CPU flash attention"),
     "aten::slow_conv2d_forward": ("conv", "ATen (no oneDNN)"),
+    "aten::_slow_conv2d_forward": ("conv", "ATen (no oneDNN)"),  # torch 2.13's name (small convolutions)
 }
 
 

@@ -33,6 +33,7 @@ from .base import (
     process_thread_names,
     target_key,
 )
+from .libraries import merge
 from .profiling import KernelProfile, ProfileUnavailable
 
 # XLA:CPU's numerics, stated rather than left to its defaults: no fast math (XLA's default
@@ -44,8 +45,9 @@ POOL_THREAD_NAME = "XLAEigen"
 
 
 class XlaCompiled(Compiled):
-    def __init__(self, executable):
+    def __init__(self, executable, hlo_text: str = ""):
         self._executable = executable
+        self._hlo_text = hlo_text
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
         import jax
@@ -64,6 +66,9 @@ class XlaCompiled(Compiled):
         import torch
 
         return [torch.from_numpy(np.array(out)) for out in flatten_outputs(outputs)]
+
+    def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
+        return hlo_libraries(self._hlo_text) if self._hlo_text else None
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         raise ProfileUnavailable("XLA:CPU is not profiled in dlcompare; the cell records its optimized HLO's "
@@ -112,7 +117,7 @@ class XlaBackend(Backend):
         ctx.info["hlo"] = hlo_counts(hlo_text)
         ctx.info["xla_pool_threads_observed"] = xla_pool_threads()
         cache = None if cache_dir is None else _verdict(cache_dir, before, _entries(cache_dir), hits[0])
-        return CompileResult(XlaCompiled(executable), cache=cache, info=ctx.info)
+        return CompileResult(XlaCompiled(executable, hlo_text), cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy == "symbolic":
@@ -208,6 +213,29 @@ def hlo_counts(hlo_text: str) -> dict[str, int]:
             "fusions": sum(" fusion(" in line for line in entry),
             "custom_calls": sum(" custom-call(" in line for line in entry),
             "dots_outside_fusions": sum(" dot(" in line or " convolution(" in line for line in entry)}
+
+
+# XLA:CPU hands some fusions to a library, named in the fusion's backend_config.
+LIBRARY_FUSIONS = {"__ynn_fusion": "YNNPACK", "__xnn_fusion": "XNNPACK", "__onednn_fusion": "oneDNN"}
+# A dot or convolution left outside such a fusion runs in XLA:CPU's own runtime thunks (Eigen).
+XLA_RUNTIME = "XLA:CPU runtime (Eigen)"
+
+
+def hlo_libraries(hlo_text: str) -> dict[str, str]:
+    """Which library each dot and convolution of XLA's optimized HLO runs in: the library of
+    the fusion that calls its computation, else XLA:CPU's own runtime."""
+    import re
+
+    library_of = {called: LIBRARY_FUSIONS[kind] for called, kind in re.findall(
+        r'calls=(%[\w.-]+).*?"kind":"(__\w+_fusion)"', hlo_text) if kind in LIBRARY_FUSIONS}
+    found, computation = [], None
+    for line in hlo_text.splitlines():
+        if line.endswith("{") and not line.startswith(" "):
+            computation = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
+        for op, kind in ((" dot(", "gemm"), (" convolution(", "conv")):
+            if op in line:
+                found.append((kind, library_of.get(computation or "", XLA_RUNTIME)))
+    return merge(found)
 
 
 def _entry_computation(hlo_text: str) -> list[str]:

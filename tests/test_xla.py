@@ -22,6 +22,8 @@ def test_xla_small_five_workloads(tmp_path):
         assert c["info"]["xla_pool_threads_observed"] == c["threads"] == c["settings"]["intra_op_threads"]
         assert c["settings"]["jax_default_matmul_precision"] == "highest" and c["settings"]["jax_enable_x64"] is False
         assert c["info"]["hlo"]["fusions"] >= 1 and c["info"]["hlo"]["entry_instructions"] >= 1
+    libraries = {c["workload"]: c["gemm_library"] for c in cells}
+    assert set(libraries["mlp"]) == {"gemm"} and set(libraries["conv"]) == {"conv"}, libraries
 
 
 @pytest.mark.unit
@@ -61,3 +63,26 @@ ENTRY main {
 }
 """
     assert hlo_counts(hlo) == {"entry_instructions": 3, "fusions": 1, "custom_calls": 1, "dots_outside_fusions": 0}
+
+
+HLO_WITH_A_LIBRARY_FUSION = """HloModule jit_f, entry_computation_layout={(f32[4,32]{1,0})->f32[4,64]{1,0}}
+
+%fused_computation (param_0: f32[4,32], param_1: f32[32,64]) -> f32[4,64] {
+  ROOT %dot_general.0 = f32[4,64]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main.1 (x: f32[1,16,16,8]) -> f32[1,16,16,8] {
+  %ynn_fusion = f32[4,64]{1,0} fusion(%x, %c), kind=kCustom, calls=%fused_computation, """ \
+    """backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
+  ROOT %convolution = f32[1,16,16,8]{3,2,1,0} convolution(%x, %w), window={size=3x3 pad=1_1x1_1}
+}
+"""
+
+
+@pytest.mark.unit
+def test_gemm_library_is_read_from_the_fusion_that_calls_the_dot():
+    from adapters.xla import XLA_RUNTIME, hlo_libraries
+
+    assert hlo_libraries(HLO_WITH_A_LIBRARY_FUSION) == {"gemm": "YNNPACK", "conv": XLA_RUNTIME}
+    unfused = HLO_WITH_A_LIBRARY_FUSION.replace("__ynn_fusion", "__other_fusion")
+    assert hlo_libraries(unfused) == {"gemm": XLA_RUNTIME, "conv": XLA_RUNTIME}
