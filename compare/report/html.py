@@ -12,6 +12,7 @@ import pandas as pd
 
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
+from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
 from compare.report.text import (
     SUMMARY_COLUMNS,
     backend_class,
@@ -330,6 +331,8 @@ def render_html(results: RunResults) -> str:
         reference_line=reference_line(results) or "",
         summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
+        int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
+        else None, calibration_line=calibration_line(results),
         explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,
         plots=plots,
         problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off

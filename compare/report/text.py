@@ -10,6 +10,7 @@ import pandas as pd
 from compare.measure.stats import geometric_mean
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
+from compare.report.int8 import int8_markdown
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
@@ -349,6 +350,7 @@ def summary_markdown(results: RunResults) -> str:
                   "Over one common set of workloads per batch and dtype: those where every backend ran and "
                   "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
                   "backend's failure) are listed."]
+    lines += int8_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)
