@@ -55,6 +55,7 @@ class AotInductorBackend(Backend):
         return ("torch",)
 
     quantizes = True  # int8: the PT2E-quantized model exported and packaged, freezing on (adapters/pt2e.py)
+    quantizer_modules = ("torchao",)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         from .pt2e import PT2E_SETTINGS

@@ -226,6 +226,14 @@ class Backend(ABC):
     # ``CompileContext.calibration``; elsewhere the cell is unavailable for this reason.
     quantizes: bool = False
     int8_unavailable: str = "dlcompare has no int8 path for this backend"
+    quantizer_modules: tuple[str, ...] = ()  # what its quantizer imports (the [int8] extra)
+
+    def int8_missing(self) -> str | None:
+        """Why this backend cannot quantize here (no quantizer, or its package missing); None: it can."""
+        if not self.quantizes:
+            return self.int8_unavailable
+        missing = [m for m in self.quantizer_modules if importlib.util.find_spec(m.split(".")[0]) is None]
+        return f"its quantizer needs {', '.join(missing)}: pip install -e '.[int8]'" if missing else None
 
     def typed_options(self, options: dict[str, Any]) -> Any:
         """This backend's options: the run's ``config.options``, with its variant's on top."""

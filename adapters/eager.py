@@ -49,6 +49,7 @@ class EagerBackend(Backend):
     devices = ("cpu", "cuda")
     compiles = False
     quantizes = True  # int8: the PT2E-quantized model, run in eager (adapters/pt2e.py)
+    quantizer_modules = ("torchao",)
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)

@@ -121,6 +121,7 @@ class InductorBackend(Backend):
     runtime_modules = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
                        "torch._inductor.scheduler")
     quantizes = True  # int8: the PT2E-quantized model compiled, freezing on (adapters/pt2e.py)
+    quantizer_modules = ("torchao",)
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)

@@ -197,7 +197,8 @@ class OpenVinoBackend(Backend):
                 "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype][0],
                 **({"ENABLE_CPU_PINNING": pinning == "on"} if pinning != "default" else {})}
 
-    quantizes = True  # int8: NNCF's post-training quantize on the converted model (quantize_settings)
+    quantizes = True  # int8: NNCF's post-training quantize on the converted model (NNCF_SETTINGS)
+    quantizer_modules = ("nncf",)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**self.config(ctx, "fp32"), "INFERENCE_PRECISION_HINT": "the cell's: f32, bf16 or f16 (int8: f32 for "

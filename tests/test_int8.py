@@ -174,3 +174,14 @@ def test_aot_inductor_packages_the_pt2e_quantized_model(tmp_path):
     cell = next(c for c in load_results(run_dir)["cells"] if c["backend"] == "aot-inductor")
     assert cell["status"] == "ok" and cell["numerics_ok"] is True and cell["info"]["int8_ops"]["int8"] >= 1
     assert list(cell["compile_phases"])[:2] == ["quantize", "export"]
+
+
+@pytest.mark.unit
+def test_a_quantizer_whose_package_is_missing_names_the_extra():
+    from adapters.eager import EagerBackend
+
+    class NoPackage(EagerBackend):
+        quantizer_modules = ("dlcompare_no_such_quantizer",)
+
+    assert "pip install -e '.[int8]'" in NoPackage().int8_missing()
+    assert EagerBackend().int8_missing() is None

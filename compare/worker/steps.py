@@ -575,10 +575,10 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
         return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
                                                                                 emit))
 
-    if spec.dtype in QUANTIZED_DTYPES and not backend.quantizes:
+    if spec.dtype in QUANTIZED_DTYPES and (missing := backend.int8_missing()):
         from adapters import BackendUnavailable
 
-        raise BackendUnavailable(f"{spec.backend} has no {spec.dtype} path: {backend.int8_unavailable}")
+        raise BackendUnavailable(f"{spec.backend} has no {spec.dtype} path: {missing}")
     emit(phase="setup")
     setup = CellSetup.build(spec)
     emit(phase="import")
