@@ -423,9 +423,10 @@ def count_cell_work(setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
     from adapters import flatten_outputs
     from compare.experiments.roofline import count_work
 
+    model = setup.fp32_model if setup.fp32_model is not None else setup.reference_model  # int8: the model's own work
     with torch.no_grad():
-        outputs = [t.detach() for t in flatten_outputs(setup.reference_model(*setup.inputs))]
-    return {"work": count_work(setup.reference_model, setup.inputs, outputs)}
+        outputs = [t.detach() for t in flatten_outputs(model(*setup.inputs))]
+    return {"work": count_work(model, setup.inputs, outputs)}
 
 
 def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
