@@ -130,19 +130,19 @@ def test_the_int8_table_shows_both_speedups_accuracy_and_quantize_time():
 
 def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibration_data(tmp_path):
     """mlp and conv at int8 through each backend's own quantizer; a backend whose release
-    has none is unavailable with its reason; an honest 8-bit test quantizer passes the int8
-    tolerance and a broken 2-bit one fails it."""
+    has none is unavailable with its reason; a broken (2-bit) test quantizer fails the int8
+    tolerance (its honest 8-bit setting passing it is checked without a run, above)."""
     from compare.measure.accuracy import INT8_TOLERANCE
 
     run_dir = tmp_path / "run"
-    proc = run_cli("--backends", "inductor,ort,openvino,tvm,badquant,badquant:badquant-bits=2",
+    proc = run_cli("--backends", "inductor,ort,openvino,tvm,badquant:badquant-bits=2",
                    "--workloads", "mlp,conv", "--size", "small", "--dtype", "int8", "--calibration-batches", "2",
                    *FAST, "--output-dir", run_dir, env=_badquant_env(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the broken quantizer's cells disagree
     cells = {(c["workload"], c["backend"]): c for c in load_results(run_dir)["cells"]}
     for workload in ("mlp", "conv"):
         hashes = set()
-        for backend in ("eager", "inductor", "ort", "openvino", "badquant"):
+        for backend in ("eager", "inductor", "ort", "openvino"):
             cell = cells[(workload, backend)]
             assert cell["status"] == "ok" and cell["dtype"] == "int8", (backend, cell["error"])
             assert cell["numerics_ok"] is True, (backend, cell["numerics_error"])
@@ -152,12 +152,11 @@ def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibr
             assert "quantize" in cell["compile_phases"] and "quantizer" in cell["settings"]
             assert cell["settings"]["calibration"]["batches"] == 2
             hashes.add(cell["settings"]["calibration"]["sha256"])
-            if backend not in ("badquant",):
-                ops = cell["info"]["int8_ops"]
-                assert ops["int8"] >= 1, (backend, ops)
-        assert len(hashes) == 1  # every backend calibrated on the same data
+            assert cell["info"]["int8_ops"]["int8"] >= 1, (backend, cell["info"]["int8_ops"])
         broken = cells[(workload, "badquant:badquant-bits=2")]
         assert broken["status"] == "ok" and broken["numerics_ok"] is False and "int8" in broken["numerics_error"]
+        hashes.add(broken["settings"]["calibration"]["sha256"])
+        assert len(hashes) == 1  # every backend calibrated on the same data
         tvm = cells[(workload, "tvm")]
         assert tvm["status"] == "unavailable" and "TVM 0.27" in tvm["error"]
     assert cells[("mlp", "ort")]["settings"]["quantizer"]["per_channel"] is True
