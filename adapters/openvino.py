@@ -56,11 +56,18 @@ class OpenVinoCompiled(Compiled):
         self._out_dtype = out_dtype  # the cell's precision: reduced cells compute at the hint, fp32 at the edges
         self._profiling_model = profiling_model  # () -> the same model compiled with PERF_COUNT
         self._tool_args = tool_args  # () -> benchmark_app's arguments for this model (its IR saved)
+        self._bound: Any = None  # the arrays the request's inputs are bound to
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
-        return set_inputs(self._request, inputs)
+        self._bound = set_inputs(self._request, inputs)
+        return self._bound
 
     def run(self, prepared: Any) -> Any:
+        # The request holds the inputs last prepared: after the numerics' extra draws, the
+        # timing inputs are bound again here (an identity test, nothing copied).
+        if prepared is not self._bound:
+            set_inputs(self._request, prepared)
+            self._bound = prepared
         self._request.infer()
         return self._request
 
