@@ -58,13 +58,13 @@ class AotInductorBackend(Backend):
     quantizer_modules = ("torchao",)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
-        from .pt2e import PT2E_SETTINGS
+        from .pt2e import pt2e_settings
 
         quantized = ctx.calibration is not None
         return {"freezing": ctx.options.inductor_freezing or quantized,
                 "inductor_configs": inductor_configs(ctx.options, quantized),
                 "package": "aoti_compile_and_package -> .pt2", "loader": "aoti_load_package", "no_grad": True,
-                **({"quantizer": PT2E_SETTINGS} if quantized else {})}
+                **({"quantizer": pt2e_settings()} if quantized else {})}
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
         # Inductor's cache folder: a fresh one per cold cell, the store's when warm. Loading

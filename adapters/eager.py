@@ -55,9 +55,9 @@ class EagerBackend(Backend):
         return ("torch",)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
-        from .pt2e import PT2E_SETTINGS
+        from .pt2e import pt2e_settings
 
-        return {"no_grad": True, "eval_mode": True, **({"quantizer": PT2E_SETTINGS} if ctx.calibration else {})}
+        return {"no_grad": True, "eval_mode": True, **({"quantizer": pt2e_settings()} if ctx.calibration else {})}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         if ctx.calibration is not None:

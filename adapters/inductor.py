@@ -129,10 +129,10 @@ class InductorBackend(Backend):
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import torch._inductor.config as config
 
-        from .pt2e import PT2E_SETTINGS
+        from .pt2e import pt2e_settings
 
         return {"mode": ctx.options.inductor_mode, "freezing": ctx.options.inductor_freezing or bool(ctx.calibration),
-                **({"quantizer": PT2E_SETTINGS} if ctx.calibration else {}),
+                **({"quantizer": pt2e_settings()} if ctx.calibration else {}),
                 "realize_reads_threshold": ctx.options.inductor_realize_reads_threshold or config.realize_reads_threshold,
                 "dynamic": ctx.options.dynamic, "cpp_wrapper": bool(config.cpp_wrapper),
                 "fx_graph_cache": bool(config.fx_graph_cache), "no_grad": True}

@@ -212,7 +212,7 @@ class OpenVinoBackend(Backend):
                 "the layers NNCF leaves unquantized)",
                 "frontend": "openvino.convert_model(nn.Module, example_input)", "input shapes": "static (the cell's)",
                 "device": "CPU", "CACHE_DIR": "the store's, with --cache warm", **self.process_env(ctx),
-                **({"quantizer": NNCF_SETTINGS} if ctx.calibration else {})}
+                **({"quantizer": {**NNCF_SETTINGS, "nncf": _version("nncf")}} if ctx.calibration else {})}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         import openvino as ov
@@ -301,6 +301,12 @@ NNCF_SETTINGS = {"quantizer": "nncf.quantize (post-training, OpenVINO IR)", "pre
                  "subset_size": "the calibration batches", "fast_bias_correction": True}
 # Runtime-model layers that neither compute nor convert precision.
 NON_COMPUTE_LAYERS = ("Const", "Input", "Output", "Parameter", "Result")
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version(dist)
 
 
 def nncf_quantize(model, ctx: CompileContext):

@@ -12,6 +12,13 @@ from typing import Any, Sequence
 PT2E_SETTINGS = {"quantizer": "torchao X86InductorQuantizer (PT2E, torchao.quantization.pt2e)",
                  "config": "get_default_x86_inductor_quantization_config(): static, per-channel int8 weights, "
                            "per-tensor uint8 activations", "calibration": "prepare_pt2e -> calibration batches -> convert_pt2e"}
+def pt2e_settings() -> dict[str, str]:
+    """``PT2E_SETTINGS`` with the torchao version that quantized."""
+    import importlib.metadata
+
+    return {**PT2E_SETTINGS, "torchao": importlib.metadata.version("torchao")}
+
+
 # Nodes of a converted PT2E graph that only convert between int8 and float.
 _CONVERTERS = ("quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel",
                "choose_qparams")

@@ -85,11 +85,21 @@ def test_the_cell_schema_carries_int8_fields_and_reads_a_v6_file():
 
 @pytest.mark.unit
 def test_backends_without_an_int8_quantizer_say_what_their_release_lacks():
+    from pathlib import Path
+
     from adapters import backend_classes
+    from adapters.base import CompileContext
 
     classes = backend_classes()
-    for name in ("eager", "inductor", "aot-inductor", "ort", "openvino"):
-        assert classes[name].quantizes, name
+    for name, version in (("eager", "torchao"), ("inductor", "torchao"), ("aot-inductor", "torchao"), ("ort", None),
+                          ("openvino", "nncf")):
+        backend = classes[name]()
+        assert backend.quantizes, name
+        ctx = CompileContext("mlp", "k", "cpu", 1, Path("."), options=backend.options_type(), calibration=[[]])
+        quantizer = backend.settings(ctx)["quantizer"]  # what the cell records: the quantizer and its version
+        assert quantizer["quantizer"] and (version is None or quantizer[version]), name
+        plain = CompileContext("mlp", "k", "cpu", 1, Path("."), options=backend.options_type())
+        assert "quantizer" not in backend.settings(plain), name
     for name, word in (("tvm", "TVM"), ("tvm-untuned", "TVM"), ("iree", "IREE"), ("xla", "XLA"),
                        ("executorch", "XNNPACKQuantizer"), ("openvino-dynamo", "NNCF")):
         assert not classes[name].quantizes and word in classes[name].int8_unavailable, name
