@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from . import artifacts
 from .base import Backend, BackendOptions, CompileContext, CompileResult, DelegatingSession, export_dynamic_shapes, target_key
 from .eager import TorchCompiled
-from .inductor import InductorCompiled, inductor_configs
+from .inductor import InductorCompiled, inductor_configs, quantize_for_inductor
 
 PACKAGE = "model.pt2"
 
@@ -54,10 +54,17 @@ class AotInductorBackend(Backend):
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
 
+    quantizes = True  # int8: the PT2E-quantized model exported and packaged, freezing on (adapters/pt2e.py)
+    quantizer_modules = ("torchao",)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
-        return {"freezing": ctx.options.inductor_freezing, "inductor_configs": inductor_configs(ctx.options),
-                "package": "aoti_compile_and_package -> .pt2",
-                "loader": "aoti_load_package", "no_grad": True}
+        from .pt2e import pt2e_settings
+
+        quantized = ctx.calibration is not None
+        return {"freezing": ctx.options.inductor_freezing or quantized,
+                "inductor_configs": inductor_configs(ctx.options, quantized),
+                "package": "aoti_compile_and_package -> .pt2", "loader": "aoti_load_package", "no_grad": True,
+                **({"quantizer": pt2e_settings()} if quantized else {})}
 
     def process_env(self, ctx: CompileContext) -> dict[str, str]:
         # Inductor's cache folder: a fresh one per cold cell, the store's when warm. Loading
@@ -70,8 +77,10 @@ class AotInductorBackend(Backend):
         return {"TORCHINDUCTOR_CACHE_DIR": str(folder)}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
+        module = quantize_for_inductor(module, example_inputs, ctx)
         build = lambda path: self._export_and_package(module, example_inputs, ctx, path)  # noqa: E731
-        key = {"inductor_configs": inductor_configs(ctx.options)}  # a stored package matches them too
+        # a stored package matches the configs too
+        key = {"inductor_configs": inductor_configs(ctx.options, ctx.calibration is not None)}
         with artifacts.one_file(self, ctx, PACKAGE, build, key) as (package, cache):
             ctx.info["package_bytes"] = package.stat().st_size
             runner = self._load(package, ctx)
@@ -97,7 +106,7 @@ class AotInductorBackend(Backend):
 
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        configs = {**inductor_configs(ctx.options), **(extra_configs or {})}
+        configs = {**inductor_configs(ctx.options, ctx.calibration is not None), **(extra_configs or {})}
         with ctx.phase("compile"), torch.no_grad():
             tmp = package.with_name(f".{package.name}.tmp.pt2")
             torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp), inductor_configs=configs)

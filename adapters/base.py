@@ -114,6 +114,9 @@ class CompileContext:
     options: Any = field(default_factory=BackendOptions)  # the backend's own options_type
     seed: int = 0  # the run's seed (a tuner's search)
     dynamic_max: int | None = None  # the dynamic-shape experiment: the largest size it will call
+    # --dtype int8: the calibration batches (lists of torch tensors, the same for every
+    # backend); the adapter hands them to its own quantizer in a ``quantize`` phase.
+    calibration: list[list[Any]] | None = None
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds, timed by ``phase``
     # Facts an adapter notes while it compiles (its helpers too); it hands them back as
     # ``CompileResult.info``.
@@ -219,6 +222,18 @@ class Backend(ABC):
     # A variant (``ort:ort-spinning=on``) is this class under the full name, with these
     # option values over the run's: two settings of one backend compared in one run.
     variant: dict[str, Any] = {}
+    # --dtype int8: True where the adapter runs its backend's own post-training quantizer on
+    # ``CompileContext.calibration``; elsewhere the cell is unavailable for this reason.
+    quantizes: bool = False
+    int8_unavailable: str = "dlcompare has no int8 path for this backend"
+    quantizer_modules: tuple[str, ...] = ()  # what its quantizer imports (the [int8] extra)
+
+    def int8_missing(self) -> str | None:
+        """Why this backend cannot quantize here (no quantizer, or its package missing); None: it can."""
+        if not self.quantizes:
+            return self.int8_unavailable
+        missing = [m for m in self.quantizer_modules if importlib.util.find_spec(m.split(".")[0]) is None]
+        return f"its quantizer needs {', '.join(missing)}: pip install -e '.[int8]'" if missing else None
 
     def typed_options(self, options: dict[str, Any]) -> Any:
         """This backend's options: the run's ``config.options``, with its variant's on top."""

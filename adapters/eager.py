@@ -48,12 +48,22 @@ class EagerBackend(Backend):
     packages = ("torch",)
     devices = ("cpu", "cuda")
     compiles = False
+    quantizes = True  # int8: the PT2E-quantized model, run in eager (adapters/pt2e.py)
+    quantizer_modules = ("torchao",)
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
-        return {"no_grad": True, "eval_mode": True}
+        from .pt2e import pt2e_settings
+
+        return {"no_grad": True, "eval_mode": True, **({"quantizer": pt2e_settings()} if ctx.calibration else {})}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
-        return CompileResult(TorchCompiled(module, ctx.device))
+        if ctx.calibration is not None:
+            from . import pt2e
+
+            with ctx.phase("quantize"):
+                module = pt2e.quantize(module, example_inputs, ctx.calibration)
+            ctx.info["int8_ops"] = pt2e.op_counts(module)
+        return CompileResult(TorchCompiled(module, ctx.device), info=ctx.info)

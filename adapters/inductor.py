@@ -45,9 +45,11 @@ REALIZATION_NOTE = ("Inductor inlines a reused pointwise buffer into each of its
                     "to 1.10x of eager on a 2-core Xeon VM")
 
 
-def inductor_configs(options) -> dict[str, Any]:
-    """The Inductor configs a cell sets (recorded; AOTInductor's stored package is keyed on them)."""
-    configs: dict[str, Any] = {"freezing": options.inductor_freezing}
+def inductor_configs(options, quantized: bool = False) -> dict[str, Any]:
+    """The Inductor configs a cell sets (recorded; AOTInductor's stored package is keyed on them).
+    An int8 cell always freezes: PyTorch's X86 Inductor quantization tutorial lowers the
+    quantized patterns to int8 kernels with freezing on."""
+    configs: dict[str, Any] = {"freezing": options.inductor_freezing or quantized}
     threshold = getattr(options, "inductor_realize_reads_threshold", None)
     if threshold is not None:
         configs["realize_reads_threshold"] = threshold
@@ -69,6 +71,24 @@ def cache_result(evidence: dict[str, int]) -> str:
     if evidence["fxgraph_cache_bypass"]:
         return "bypass"
     return "hit" if evidence["fxgraph_cache_hit"] and not evidence["fxgraph_cache_miss"] else "miss"
+
+
+def quantize_for_inductor(module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Any:
+    """int8 (``ctx.calibration``): the PT2E-quantized module, in a ``quantize`` phase, with
+    its int8 and fp32 op counts; else the module as it is."""
+    if ctx.calibration is None:
+        return module
+    from . import pt2e
+
+    with ctx.phase("quantize"):
+        module = pt2e.quantize(module, example_inputs, ctx.calibration)
+    ctx.info["int8_ops"] = pt2e.op_counts(module)
+    return module
+
+
+def _compile_seconds(metrics) -> tuple[float, float]:
+    """dynamo's own timers so far: (its whole compile, the backend compiler's share)."""
+    return (sum(metrics.get("_compile.compile_inner", [])), sum(metrics.get("OutputGraph.call_user_compiler", [])))
 
 
 class InductorCompiled(TorchCompiled):
@@ -100,6 +120,8 @@ class InductorBackend(Backend):
     options_type = InductorOptions
     runtime_modules = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
                        "torch._inductor.scheduler")
+    quantizes = True  # int8: the PT2E-quantized model compiled, freezing on (adapters/pt2e.py)
+    quantizer_modules = ("torchao",)
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
@@ -107,7 +129,10 @@ class InductorBackend(Backend):
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import torch._inductor.config as config
 
-        return {"mode": ctx.options.inductor_mode, "freezing": ctx.options.inductor_freezing,
+        from .pt2e import pt2e_settings
+
+        return {"mode": ctx.options.inductor_mode, "freezing": ctx.options.inductor_freezing or bool(ctx.calibration),
+                **({"quantizer": pt2e_settings()} if ctx.calibration else {}),
                 "realize_reads_threshold": ctx.options.inductor_realize_reads_threshold or config.realize_reads_threshold,
                 "dynamic": ctx.options.dynamic, "cpp_wrapper": bool(config.cpp_wrapper),
                 "fx_graph_cache": bool(config.fx_graph_cache), "no_grad": True}
@@ -134,9 +159,12 @@ class InductorBackend(Backend):
         # persistent store (warm) before torch is imported; record where it went.
         ctx.info["inductor_cache_dir"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         ctx.info["inductor_mode"] = mode
-        for name, value in inductor_configs(ctx.options).items():
+        configs = inductor_configs(ctx.options, quantized=ctx.calibration is not None)
+        for name, value in configs.items():
             setattr(torch._inductor.config, name, value)
-        ctx.info["inductor_configs"] = inductor_configs(ctx.options)
+        ctx.info["inductor_configs"] = configs
+        module = quantize_for_inductor(module, example_inputs, ctx)
+        before = _compile_seconds(compilation_time_metrics)  # torch.export inside the quantizer is not Inductor's
         compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=ctx.options.dynamic)
 
         with ctx.phase("compile"):
@@ -146,10 +174,11 @@ class InductorBackend(Backend):
                 torch.cuda.synchronize()
         # torch.compile compiles on the first call: split that call with dynamo's own timers.
         total = ctx.phases["compile"]
-        compile_inner = sum(compilation_time_metrics.get("_compile.compile_inner", []))
-        backend_compile = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
+        compile_inner, backend_compile = (a - b for a, b in zip(_compile_seconds(compilation_time_metrics), before))
         phases = {"trace": max(compile_inner - backend_compile, 0.0), "codegen": backend_compile,
                   "first_call": max(total - compile_inner, 0.0)}
+        if "quantize" in ctx.phases:
+            phases = {"quantize": ctx.phases["quantize"], **phases}
         evidence = cache_evidence(counters)
         ctx.info["graphs"] = dict(counters["stats"]).get("unique_graphs", 0)
         ctx.info["graph_breaks"] = sum(dict(counters["graph_break"]).values())

@@ -127,6 +127,8 @@ class IreeBackend(Backend):
     devices = ("cpu", "cuda")
     options_type = IreeOptions
     runtime_modules = ("iree.compiler", "iree.runtime", "iree.turbine.aot")
+    int8_unavailable = ("IREE 3.13 ships no post-training quantizer or calibration tool; it compiles graphs that are "
+                        "already quantized, and iree-turbine's export does not take PT2E's quantized_decomposed ops")
     # IREE 3.13 fails to compile for sm_90 (a known upstream bug): fall back through these.
     CUDA_FALLBACKS = ("sm_90", "sm_89", "sm_86", "sm_80")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import artifacts
@@ -138,11 +139,14 @@ class OrtBackend(Backend):
     options_type = OrtOptions
     runtime_modules = ("onnxruntime", "onnx", "onnxscript", "torch.onnx._internal.exporter._core")
 
+    quantizes = True  # int8: onnxruntime.quantization.quantize_static on the fp32 export (quantize_settings)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         spinning = getattr(ctx.options, "ort_spinning", False)
         return {**session_config(ctx), "enable_cpu_mem_arena": True, "providers": self.providers(ctx),
                 "onnx_opset": ctx.options.onnx_opset, "exporter": "torch.onnx.export(dynamo=True)",
-                **({} if spinning else {"guide_deviation": SPINNING_DEVIATION})}
+                **({} if spinning else {"guide_deviation": SPINNING_DEVIATION}),
+                **({"quantizer": quantize_settings()} if ctx.calibration else {})}
 
     def required_modules(self) -> tuple[str, ...]:
         return ("onnxruntime", "onnx", "onnxscript")
@@ -180,6 +184,8 @@ class OrtBackend(Backend):
             else:
                 model_path = folder / "model.onnx"
                 self._export(module, example_inputs, ctx, model_path)
+                if ctx.calibration is not None:
+                    model_path = quantize_onnx(model_path, ctx)
                 if warm:
                     options.optimized_model_filepath = str(optimized)
             with ctx.phase("session"):
@@ -196,6 +202,8 @@ class OrtBackend(Backend):
             raise RuntimeError(
                 f"exported ONNX graph has {len(input_names)} inputs, the workload has {len(example_inputs)}"
             )
+        if ctx.calibration is not None:  # untimed: a second session that writes its optimized graph
+            ctx.info["int8_ops"] = int8_op_counts(ort, model_path, self._session_options(ort, ctx), ctx, hit)
         compiled = (OrtCudaCompiled if ctx.device == "cuda" else OrtCompiled)(
             session, input_names, lambda: self._profiling_session(ort, model_path, options, ctx), onnx_op_types(model_path))
         return CompileResult(compiled, cache=cache, info=ctx.info)
@@ -274,3 +282,81 @@ def onnx_op_types(model_path) -> frozenset[str]:
     nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
     return frozenset(n.op_type for n in nodes)
 
+
+
+# Ops of ORT's optimized graph that compute in int8 (its QDQ fusions and integer kernels);
+# QuantizeLinear / DequantizeLinear only convert.
+INT8_OP_PREFIXES = ("QLinear", "QGemm", "QAttention", "QEmbedLayerNormalization", "DynamicQuantize")
+INT8_OPS = ("ConvInteger", "MatMulInteger", "MatMulIntegerToFloat", "QOrderedMatMul", "MatMulNBits")
+CONVERTERS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+LAYOUT_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Gather", "Slice",
+              "Concat", "Expand", "ReorderInput", "ReorderOutput", "Constant", "Cast")
+
+
+def has_vnni() -> bool:
+    """VNNI (or AMX int8) on this CPU, from /proc/cpuinfo's flags."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+def quantize_settings() -> dict[str, Any]:
+    """ORT's quantization guide for x86: QDQ, U8S8 (uint8 activations, int8 weights),
+    per-channel weights, the model pre-processed first; reduce_range (7-bit weights) only
+    on a CPU without VNNI, where the guide says U8S8's VPMADDUBSW may saturate."""
+    return {"quantizer": "onnxruntime.quantization.quantize_static", "quant_format": "QDQ",
+            "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
+            "reduce_range": not has_vnni(), "calibrate_method": "MinMax",
+            "pre_process": "onnxruntime.quantization.shape_inference.quant_pre_process"}
+
+
+def quantize_onnx(model_path: Path, ctx: CompileContext) -> Path:
+    """The fp32 export pre-processed and statically quantized (``quantize_settings``) on
+    the cell's calibration batches, in a ``quantize`` phase; returns the int8 model."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class CalibrationBatches(CalibrationDataReader):
+        """The calibration batches as ORT reads them: one feed per batch."""
+
+        def __init__(self, names: list[str], batches: list):
+            self._feeds = iter([{n: t.detach().cpu().numpy() for n, t in zip(names, batch)} for batch in batches])
+
+        def get_next(self):
+            return next(self._feeds, None)
+
+    settings = quantize_settings()
+    prepared, quantized = model_path.with_name("pre.onnx"), model_path.with_name("model.int8.onnx")
+    names = [i.name for i in onnx.load(str(model_path), load_external_data=False).graph.input]
+    reader = CalibrationBatches(names, ctx.calibration or [])
+    with ctx.phase("quantize"):
+        quant_pre_process(str(model_path), str(prepared))
+        quantize_static(str(prepared), str(quantized), reader, quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=settings["per_channel"], reduce_range=settings["reduce_range"])
+    return quantized
+
+
+def int8_op_counts(ort, model_path: Path, options, ctx: CompileContext, optimized_already: bool) -> dict[str, int]:
+    """How many ops of ORT's optimized graph compute in int8 and how many in fp32 (layout
+    ops and conversions apart), read from the graph the session writes
+    (``optimized_model_filepath``)."""
+    import onnx
+
+    path = model_path
+    if not optimized_already:
+        path = ctx.work_dir / "int8-optimized.onnx"
+        options.optimized_model_filepath = str(path)
+        ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+    counts = {"int8": 0, "fp32": 0, "conversions": 0}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        if node.op_type in INT8_OPS or node.op_type.startswith(INT8_OP_PREFIXES):
+            counts["int8"] += 1
+        elif node.op_type in CONVERTERS:
+            counts["conversions"] += 1
+        elif node.op_type not in LAYOUT_OPS:
+            counts["fp32"] += 1
+    return counts

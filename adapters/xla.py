@@ -83,6 +83,8 @@ class XlaBackend(Backend):
     install_hint = "pip install -e '.[xla]'"
     devices = ("cpu",)
     runtime_modules = ("jax", "torchax", "torchax.export")
+    int8_unavailable = ("JAX 0.10 / XLA:CPU has no post-training static int8 quantizer (AQT quantizes in training "
+                        "code), and torchax lowers no PT2E quantized_decomposed op")
 
     def required_modules(self) -> tuple[str, ...]:
         return ("jax", "jaxlib", "torchax")

@@ -22,6 +22,7 @@ def cell_spec(run_dir: Path, cell_name: str) -> tuple[CellSpec, str, bool | None
     from compare.config import UsageError
     from compare.harness.cells import CellSpecs
     from compare.harness.runner import RunConfig
+    from compare.measure.numerics import QUANTIZED_DTYPES
     from compare.results.schema import RunResults
     from workloads import resolve_workloads
 
@@ -31,6 +32,9 @@ def cell_spec(run_dir: Path, cell_name: str) -> tuple[CellSpec, str, bool | None
     if cell is None or backend == "eager":
         known = ", ".join(f"{c.label}/{c.backend}" for c in results.cells if c.backend != "eager")
         raise UsageError(f"no cell {cell_name!r} to bisect in {run_dir} (cells: {known or 'none'})")
+    if cell.dtype in QUANTIZED_DTYPES:  # op by op against float64 means nothing for a whole-graph quantizer
+        raise UsageError(f"{cell_name}: an {cell.dtype} cell cannot be bisected (its quantizer rewrites the whole "
+                         "graph; its accuracy is judged against fp32 eager as a whole)")
     try:
         config = RunConfig(**results.config)
     except TypeError as exc:

@@ -168,6 +168,9 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
                              "offset does not shift every comparison with it (default 3)")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
                         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
+    parser.add_argument("--calibration-batches", type=_positive_int, default=RunConfig.calibration_batches, metavar="N",
+                        help="--dtype int8: seeded batches of the workload's inputs that every backend's quantizer "
+                             f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
 
 
 def _add_conditions(parser: argparse.ArgumentParser) -> None:

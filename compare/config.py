@@ -79,6 +79,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         options=backend_options(args),
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
+        calibration_batches=args.calibration_batches,
         processes=args.processes,
         reference_processes=args.reference_processes,
         batches=list(args.batch),

@@ -29,7 +29,7 @@ def test_small_run_measures_every_cell(small_run):
     out, proc = small_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = load_results(out)
-    assert data["schema_version"] == 6
+    assert data["schema_version"] == 7
     assert {"environment", "cells", "config"} <= set(data)
     env = data["environment"]
     assert env["threads"] == 1 and env["versions"]["torch"].startswith("2.13.0")

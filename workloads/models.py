@@ -278,7 +278,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: ResNet(p["depth"], p["width"]),
         inputs=_image,
-        tags=("models", "cnn"),
+        tags=("models", "cnn", "logits"),
         batch_param="batch",
     ),
     Workload(
@@ -291,7 +291,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: MobileNetV2(p["width_mult"]),
         inputs=_image,
-        tags=("models", "cnn"),
+        tags=("models", "cnn", "logits"),
         batch_param="batch",
     ),
     Workload(
@@ -318,7 +318,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: GPT2Decoder(p["vocab"], p["seq"], p["dim"], p["heads"], p["layers"]),
         inputs=_token_ids,
-        tags=("models", "transformer"),
+        tags=("models", "transformer", "logits"),
         batch_param="batch",
     ),
     Workload(
@@ -331,7 +331,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: ViT(p["hw"], p["patch"], p["dim"], p["heads"], p["layers"], p["classes"]),
         inputs=_image,
-        tags=("models", "transformer"),
+        tags=("models", "transformer", "logits"),
         batch_param="batch",
     ),
 ]

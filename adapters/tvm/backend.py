@@ -145,6 +145,8 @@ class TvmOptions(BackendOptions):
 
 class _TvmBase(Backend):
     options_type = TvmOptions
+    int8_unavailable = ("TVM 0.27's Relax has no post-training quantizer: the QNN dialect and relay.quantize "
+                        "went with Relay, and its torch frontend does not import PT2E's quantized_decomposed ops")
     packages = ("apache-tvm", "apache-tvm-ffi")
     install_hint = "pip install -e '.[tvm]'"
     devices = ("cpu", "cuda")

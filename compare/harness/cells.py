@@ -79,6 +79,7 @@ class CellSpecs:
             cache_root=str(Path(cfg.cache_root).resolve()),
             memory_limit_mb=cfg.memory_limit_mb,
             numerics_draws=cfg.numerics_draws,
+            calibration_batches=cfg.calibration_batches,
             explain=cfg.explain,
             crosscheck=cfg.crosscheck,
             affinity=tuple(cfg.affinity) if cfg.affinity else None,

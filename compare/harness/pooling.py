@@ -129,6 +129,7 @@ def pool_processes(runs: list[CellMeasurement]) -> CellMeasurement:
         numerics_error = next(run.numerics_error for run in runs if not run.numerics_ok)
     return dataclasses.replace(
         first, latency=_pooled([run.latency for run in runs]), eager_latency=_pooled([run.eager_latency for run in runs]),
+        fp32_eager_latency=None if first.fp32_eager_latency is None else _pooled([r.fp32_eager_latency for r in runs]),
         processes=[process_summary(run) for run in runs], numerics_ok=numerics_ok, numerics_error=numerics_error,
         wall_s=sum(run.wall_s or 0.0 for run in runs), crosscheck=pooled_crosscheck([run.crosscheck for run in runs]),
         **warm_start(runs))

@@ -16,7 +16,8 @@ CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size
            "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
            "--system-malloc": "allocator", "--processes": "processes", "--thread-spin": "thread_spin",
            "--reference-processes": "reference_processes", "--affinity": "affinity",
-           "--numerics-draws": "numerics_draws", "--roofline": "roofline", "--tuning-logs": "cache_root",
+           "--numerics-draws": "numerics_draws", "--calibration-batches": "calibration_batches",
+           "--roofline": "roofline", "--tuning-logs": "cache_root",
            "--executor": "executor", "--ray-share-cores": "ray_share_cores", "--scenario": "scenario",
            # reporting only, but the kept cells were made without (or with) it: refused, never ignored
            "--explain": "explain", "--crosscheck": "crosscheck"}

@@ -50,6 +50,7 @@ class RunConfig:
     options: dict[str, Any] = field(default_factory=dict)
     keep_work_dirs: bool = False
     numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
+    calibration_batches: int = 8  # --dtype int8: seeded calibration batches, the same for every backend
     # Fresh worker processes per cell, their samples pooled (pyperf's repeats): one process's
     # state biases every sample it takes. In a cold run the first compiles and the others
     # load its artifact (compare.harness.pooling.ProcessPlan).

@@ -26,7 +26,10 @@ PRECISIONS = {p.name: p for p in (
     Precision("bf16", "bfloat16", 2.0**-7, (1.6e-2, 1e-2)),
     Precision("fp16", "float16", 2.0**-10, (1e-2, 1e-3)),
 )}
-DTYPE_NAMES = ("fp32", "bf16", "fp16")  # the precisions a run can ask for (--dtype)
+# int8: static post-training quantization of weights and activations by each backend's own
+# quantizer (compare/measure/accuracy.py); the model and its inputs stay fp32 until then.
+QUANTIZED_DTYPES = ("int8",)
+DTYPE_NAMES = ("fp32", "bf16", "fp16") + QUANTIZED_DTYPES  # the precisions a run can ask for (--dtype)
 _BY_ELEMENT_TYPE = {p.element_type: p for p in PRECISIONS.values()}
 
 
@@ -38,10 +41,11 @@ REDUCED_PRECISION_FACTOR = 4.0
 
 
 def torch_dtype(name: str):
-    """The torch dtype for a --dtype name (torch is imported only when asked)."""
+    """The torch dtype for a --dtype name (torch is imported only when asked); an int8 cell's
+    model and inputs are fp32, handed so to each backend's quantizer."""
     import torch
 
-    return getattr(torch, PRECISIONS[name].element_type)
+    return torch.float32 if name in QUANTIZED_DTYPES else getattr(torch, PRECISIONS[name].element_type)
 
 
 def reduced_precision_verdict(vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, Any], dtype: str,

@@ -10,6 +10,7 @@ import pandas as pd
 from compare.measure.stats import geometric_mean
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
+from compare.report.int8 import int8_markdown
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
@@ -375,6 +376,7 @@ def summary_markdown(results: RunResults) -> str:
     if requests:
         lines += ["", "## Per-request latency (single-stream)", "", pd.DataFrame(requests).to_markdown(index=False),
                   "", REQUEST_NOTE]
+    lines += int8_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)

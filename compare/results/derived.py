@@ -96,6 +96,22 @@ def fill_request_latency(cell: Cell) -> None:
                                    if stats is not None}
 
 
+def fill_speedup_vs_fp32(cell: Cell) -> None:
+    """An int8 cell against fp32 eager timed in the same rounds: the speedup, its interval
+    (resampled as the speedup's), and the calls after which compile and quantization are
+    paid back (what a user who would otherwise run fp32 eager waits for)."""
+    ref, stats = cell.fp32_eager_latency, cell.latency
+    if ref is None or stats is None or not stats.median:
+        return
+    cell.speedup_vs_fp32 = ref.median / stats.median
+    paid = paid_seconds(cell)[0]
+    if cell.speedup_vs_fp32_ci is None:  # eager's own cell has no interval plan: blocks of one round
+        block = cell.interval["block_rounds"] if cell.interval else 1
+        cell.speedup_vs_fp32_ci, _ = speedup_and_break_even(ref, stats, paid, cell.process_samples, block)
+    faster = cell.speedup_vs_fp32_ci[0] > 1.0 if cell.speedup_vs_fp32_ci else cell.speedup_vs_fp32 > 1.0
+    cell.break_even_vs_fp32_calls = break_even_calls(paid, ref.median, stats.median) if faster else None
+
+
 def correlation_seconds(results: RunResults) -> float | None:
     """The machine's correlation time from the noise probe taken before the cells (the
     intervals are made as cells end, so the probe after them cannot count)."""
@@ -115,6 +131,7 @@ def fill_derived(results: RunResults) -> None:
         fill_speedup(cell, correlation_s)
         if per_request:
             fill_request_latency(cell)
+        fill_speedup_vs_fp32(cell)
         cell.eager_only_ms = eager_only.get(cell.label)
         if cell.eager_only_ms and cell.eager_median_ms:
             cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1

@@ -103,6 +103,7 @@ class CellSpec:
     cache_root: str
     memory_limit_mb: int | None
     numerics_draws: int
+    calibration_batches: int  # --dtype int8: seeded batches every backend's quantizer calibrates on
     explain: bool  # profile with the backend's own instrument after timing
     crosscheck: bool  # re-time with the backend's own benchmark tool after timing
     affinity: tuple[int, ...] | None  # the CPUs the worker pins itself to
@@ -176,10 +177,12 @@ class CellMeasurement:
     max_rel_err_fp64: float | None = None
     eager_max_abs_err_fp64: float | None = None
     numerics_after_timing: dict[str, Any] | None = None
+    accuracy: dict[str, Any] | None = None  # int8 cells: against fp32 eager (compare.measure.accuracy)
     work: dict[str, Any] | None = None
     # timing
     latency: LatencyStats | None = None
     eager_latency: LatencyStats | None = None
+    fp32_eager_latency: LatencyStats | None = None  # int8 cells: fp32 eager, timed in the same rounds
     round_s: float | None = None  # seconds of one alternated round (process-only)
     # the backend's own instruments, and what it reported
     profile: dict[str, Any] | None = None
@@ -211,9 +214,8 @@ class CellMeasurement:
     @classmethod
     def from_dict(cls, data: Any) -> "CellMeasurement":
         fields = checked_fields(cls, data, "the measurement")
-        return cls(**{**fields, "latency": LatencyStats.from_json(fields["latency"], "the measurement's latency"),
-                      "eager_latency": LatencyStats.from_json(fields["eager_latency"],
-                                                              "the measurement's eager_latency")})
+        stats = {name: LatencyStats.from_json(fields[name], f"the measurement's {name}") for name in STATS_FIELDS}
+        return cls(**{**fields, **stats})
 
     @classmethod
     def from_json(cls, text: str) -> "CellMeasurement":
@@ -247,6 +249,8 @@ class BisectSpec:
         return cls(**{**fields, "cell": CellSpec.from_dict(fields["cell"])})
 
 
+# The latency records of a measurement and of a cell.
+STATS_FIELDS = ("latency", "eager_latency", "fp32_eager_latency")
 # Measurement fields that describe a worker process, not the cell: ``Cell`` has none of them.
 PROCESS_ONLY = ("round_s", "experiment", "worker_s", "started_at")
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from compare.results.files import atomic_write_text
 from compare.results.latency import LatencyStats, RecordError
-from compare.results.protocol import PROCESS_ONLY, STATUSES, TRANSIENT_STATUSES, CellMeasurement
+from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -49,6 +49,8 @@ class Cell:
     compile_phases: dict[str, float] = field(default_factory=dict)
     latency: LatencyStats | None = None  # the backend's per-call latency (ms)
     eager_latency: LatencyStats | None = None  # eager, timed alternately in the same worker(s)
+    # int8 cells: fp32 eager, timed in the same rounds as the cell and its int8 eager reference
+    fp32_eager_latency: LatencyStats | None = None
     eager_only_ms: float | None = None  # median of the workload's eager-only cell (derived)
     reference_deviation: float | None = None  # eager_median_ms / eager_only_ms - 1 (derived)
     speedup: float | None = None  # eager median / this median (derived)
@@ -73,6 +75,12 @@ class Cell:
     numerics_draws: int | None = None  # input draws checked; errors are the worst over them
     numerics_after_timing: dict[str, Any] | None = None  # the outputs re-checked after the timed calls
     tolerance: dict[str, float] | None = None
+    # int8 cells: against fp32 eager over the draws (reference, draws, max_abs, rel_err,
+    # cosine_min, top1_agreement and top1_rows for logits), judged by the int8 tolerance
+    accuracy: dict[str, Any] | None = None
+    speedup_vs_fp32: float | None = None  # int8 cells: fp32 eager median / this median (derived)
+    speedup_vs_fp32_ci: list[float] | None = None  # its 95% interval, resampled as speedup_ci (derived)
+    break_even_vs_fp32_calls: float | None = None  # calls until compile and quantize are paid back vs fp32 eager (derived)
     torch_import_s: float | None = None  # importing torch, torch.export and dynamo in the worker (every cell pays it)
     import_s: float | None = None  # the backend's own modules (not part of compile_s)
     time_to_first_result_s: float | None = None  # torch import + import + compile (first call included)
@@ -139,7 +147,7 @@ class Cell:
             raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown field(s) {', '.join(unknown)}")
         kwargs = dict(data)
         try:
-            for stats_field in ("latency", "eager_latency"):
+            for stats_field in STATS_FIELDS:
                 kwargs[stats_field] = LatencyStats.from_json(kwargs.get(stats_field), stats_field)
         except RecordError as exc:
             raise ResultsError(f"cell {data['workload']}/{data['backend']}: {exc}") from None
@@ -275,6 +283,11 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "eager_only_ms": cell.eager_only_ms,
         "reference_deviation": cell.reference_deviation,
         "speedup": cell.speedup,
+        "speedup_vs_fp32": cell.speedup_vs_fp32,
+        "fp32_eager_latency_ms": cell.fp32_eager_latency.median if cell.fp32_eager_latency else None,
+        "int8_cosine_min": (cell.accuracy or {}).get("cosine_min"),
+        "int8_rel_err": (cell.accuracy or {}).get("rel_err"),
+        "int8_top1_agreement": (cell.accuracy or {}).get("top1_agreement"),
         "speedup_ci_low": cell.speedup_ci[0] if cell.speedup_ci else None,
         "speedup_ci_high": cell.speedup_ci[1] if cell.speedup_ci else None,
         "noisy": cell.noisy,
@@ -324,6 +337,10 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         data = _migrate_v4(data)
     if data.get("schema_version") == 5:
         data = _migrate_v5(data)
+    if data.get("schema_version") == 6:
+        # v6 -> v7 adds int8's fields (fp32_eager_latency, accuracy, speedup_vs_fp32...), all
+        # empty in a file that had no int8 cells: nothing to change but the version
+        data = dict(data, schema_version=7, migrated_from=data.get("migrated_from", 6))
     return data
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from compare.measure import memory
 from compare.measure.cpus import parse_cpu_list
-from compare.measure.numerics import torch_dtype
+from compare.measure.numerics import QUANTIZED_DTYPES, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
 
@@ -172,6 +172,37 @@ def cast_floating(tensor, dtype):
     return tensor.to(dtype) if tensor.is_floating_point() else tensor
 
 
+# --dtype int8: the calibration batches are seeded draws of the workload's own inputs,
+# their seeds this far from the evaluation draws' (seed + EVAL_SEED_STRIDE * index).
+CALIBRATION_SEED_OFFSET = 1_000_003
+EVAL_SEED_STRIDE = 7919
+# An int8 cell's accuracy is read over at least this many evaluation draws (top-1 agreement
+# needs more than one row).
+INT8_MIN_DRAWS = 8
+
+
+def calibration_seeds(seed: int, batches: int, eval_draws: int) -> list[int]:
+    """The calibration batches' seeds; refused when one would repeat an evaluation draw."""
+    seeds = [seed + CALIBRATION_SEED_OFFSET + i for i in range(batches)]
+    overlap = set(seeds) & {seed + EVAL_SEED_STRIDE * i for i in range(eval_draws)}
+    if overlap:
+        raise ValueError(f"calibration seeds {sorted(overlap)} repeat evaluation draws: use fewer draws or batches")
+    return seeds
+
+
+def tensors_sha256(batches: list) -> str:
+    """One hash over every calibration tensor (dtype, shape, bytes): the same data in
+    every backend's cell reads the same hash."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for batch in batches:
+        for tensor in batch:
+            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 @dataclass
 class CellSetup:
     """The workload at this cell's size, batch and precision: models and inputs."""
@@ -183,6 +214,11 @@ class CellSetup:
     model: Any  # handed to the backend
     reference_model: Any  # eager: the timing reference and the numerics reference
     inputs: list
+    # int8 cells: fp32 eager (the accuracy reference, timed beside the cell too), the
+    # calibration batches every backend's quantizer gets, and their record.
+    fp32_model: Any = None
+    calibration: list | None = None
+    calibration_record: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, spec: CellSpec) -> "CellSetup":
@@ -198,7 +234,35 @@ class CellSetup:
         model = build_model(workload, spec.size, seed).to(device=device, dtype=dtype)
         reference = build_model(workload, spec.size, seed).to(device=device, dtype=dtype)
         inputs = [cast_floating(t, dtype) for t in make_inputs(specs, seed, device)]
-        return cls(workload, specs, dtype_name, dtype, model, reference, inputs)
+        setup = cls(workload, specs, dtype_name, dtype, model, reference, inputs)
+        if dtype_name in QUANTIZED_DTYPES:
+            setup.quantized_reference(spec)
+        return setup
+
+    def quantized_reference(self, spec: CellSpec) -> None:
+        """int8: draw the calibration batches, keep fp32 eager, and make the reference the
+        PT2E-quantized model run in eager (adapters/pt2e.py)."""
+        from adapters import pt2e
+        from workloads import make_inputs
+
+        seeds = calibration_seeds(spec.seed, spec.calibration_batches, self.draw_count(spec))
+        self.calibration = [make_inputs(self.specs, s, spec.device) for s in seeds]
+        self.calibration_record = {"batches": len(seeds), "seeds": [seeds[0], seeds[-1]],
+                                   "sha256": tensors_sha256(self.calibration),
+                                   "drawn_from": "the workload's make_inputs, seeds apart from the evaluation draws"}
+        self.fp32_model = self.reference_model
+        self.reference_model = pt2e.quantize(self.fp32_model, self.inputs, self.calibration)
+
+    def draw_count(self, spec: CellSpec) -> int:
+        """Input draws the numerics read: int8 cells at least ``INT8_MIN_DRAWS``."""
+        draws = max(1, spec.numerics_draws)
+        return max(draws, INT8_MIN_DRAWS) if self.dtype_name in QUANTIZED_DTYPES else draws
+
+    @property
+    def logits(self) -> bool:
+        from compare.measure.accuracy import LOGITS_TAG
+
+        return LOGITS_TAG in self.workload.tags
 
     def draw(self, index: int, seed: int, device: str) -> list:
         """Input draw ``index`` (0: the timing inputs)."""
@@ -206,7 +270,7 @@ class CellSetup:
 
         if index == 0:
             return self.inputs
-        return [cast_floating(t, self.dtype) for t in make_inputs(self.specs, seed + 7919 * index, device)]
+        return [cast_floating(t, self.dtype) for t in make_inputs(self.specs, seed + EVAL_SEED_STRIDE * index, device)]
 
 
 def import_backend(backend, ctx) -> dict[str, float | None]:
@@ -237,6 +301,7 @@ def compile_step(backend, setup: CellSetup, ctx, spec: CellSpec, loaded: dict):
 
     if spec.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    ctx.calibration = setup.calibration
     with memory.TreePeak() as peak:
         try:
             result = backend.compile(setup.model, setup.inputs, ctx)
@@ -289,30 +354,28 @@ def steady_memory(compiled, prepared, loaded: dict) -> dict[str, float | None]:
 def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) -> dict[str, Any]:
     """Against eager at the cell's precision and a float64 eager reference, on several
     input draws (the first is the timing inputs); each draw is judged on its own, the
-    errors reported are the worst over draws."""
-    import torch
+    errors reported are the worst over draws. An int8 cell is judged instead on its
+    ``accuracy`` against fp32 eager, by the int8 tolerance (compare/measure/accuracy.py)."""
+    from compare.measure.accuracy import draw_accuracy, int8_verdict, summarize_draws
+    from compare.measure.numerics import merge_worst
 
-    from adapters import flatten_outputs
-    from compare.measure.numerics import compare_outputs, merge_worst, numerics_verdict
-
-    model64 = copy.deepcopy(setup.reference_model).double()
-    draws = max(1, spec.numerics_draws)
+    quantized = setup.fp32_model is not None
+    model64 = copy.deepcopy(setup.fp32_model if quantized else setup.reference_model).double()
+    draws = setup.draw_count(spec)
     worst: dict[str, Any] = {}
-    verdicts = []
+    verdicts, accuracy_draws = [], []
     for index in range(draws):
         draw_inputs = setup.draw(index, spec.seed, spec.device)
         draw_outputs = outputs if index == 0 else run_once(compiled, compiled.prepare(draw_inputs))
-        with torch.no_grad():
-            reference = [t.detach() for t in flatten_outputs(setup.reference_model(*draw_inputs))]
-            inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
-            reference64 = [t.detach() for t in flatten_outputs(model64(*inputs64))]
-        checks = {"vs_eager": compare_outputs(draw_outputs, reference),
-                  "vs_fp64": compare_outputs(draw_outputs, reference64),
-                  "eager_vs_fp64": compare_outputs(reference, reference64)}
-        scale = max([0.0] + [float(t.abs().max()) for t in reference64 if t.is_floating_point() and t.numel()])
-        verdicts.append(numerics_verdict(setup.dtype_name, checks, scale))
+        checks, verdict, fp32_outputs = _check_draw(setup, model64, draw_inputs, draw_outputs)
+        verdicts.append(verdict)
+        if quantized:
+            accuracy_draws.append(draw_accuracy(draw_outputs, fp32_outputs, setup.logits))
         for key, check in checks.items():
             merge_worst(worst, key, check)
+    accuracy = summarize_draws(accuracy_draws) if quantized else None
+    if accuracy is not None:
+        verdicts = [int8_verdict(accuracy)]
     failed = next((v for v in verdicts if not v["ok"]), None)
     vs_eager, vs_fp64, eager64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
     return {
@@ -325,7 +388,30 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) ->
         "max_abs_err_fp64": vs_fp64.get("max_abs"),
         "max_rel_err_fp64": vs_fp64.get("max_rel"),
         "eager_max_abs_err_fp64": eager64.get("max_abs"),
+        "accuracy": accuracy,
     }
+
+
+def _check_draw(setup: CellSetup, model64, draw_inputs: list, draw_outputs: list):
+    """One draw's three comparisons (vs_eager, vs_fp64, eager_vs_fp64), its verdict at the
+    cell's precision, and fp32 eager's outputs (int8 cells; else None)."""
+    import torch
+
+    from adapters import flatten_outputs
+    from compare.measure.numerics import compare_outputs, numerics_verdict
+
+    with torch.no_grad():
+        reference = [t.detach() for t in flatten_outputs(setup.reference_model(*draw_inputs))]
+        inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
+        reference64 = [t.detach() for t in flatten_outputs(model64(*inputs64))]
+        fp32 = None if setup.fp32_model is None else [t.detach() for t in flatten_outputs(setup.fp32_model(*draw_inputs))]
+    checks = {"vs_eager": compare_outputs(draw_outputs, reference),
+              "vs_fp64": compare_outputs(draw_outputs, reference64),
+              "eager_vs_fp64": compare_outputs(reference, reference64)}
+    scale = max([0.0] + [float(t.abs().max()) for t in reference64 if t.is_floating_point() and t.numel()])
+    # int8's verdict is taken over all draws from their accuracy; fp32's per draw here
+    verdict = numerics_verdict("fp32" if setup.fp32_model is not None else setup.dtype_name, checks, scale)
+    return checks, verdict, fp32
 
 
 def count_cell_work(setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
@@ -337,21 +423,29 @@ def count_cell_work(setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
     from adapters import flatten_outputs
     from compare.experiments.roofline import count_work
 
+    model = setup.fp32_model if setup.fp32_model is not None else setup.reference_model  # int8: the model's own work
     with torch.no_grad():
-        outputs = [t.detach() for t in flatten_outputs(setup.reference_model(*setup.inputs))]
-    return {"work": count_work(setup.reference_model, setup.inputs, outputs)}
+        outputs = [t.detach() for t in flatten_outputs(model(*setup.inputs))]
+    return {"work": count_work(model, setup.inputs, outputs)}
 
 
 def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
     """Eager and the backend alternately in this process (eager alone in eager's own cell),
-    in one go, or in slices the parent asks for (``spec.interleave``)."""
+    in one go, or in slices the parent asks for (``spec.interleave``). An int8 cell also
+    times fp32 eager in the same rounds (``fp32_eager_latency``): its speedup over fp32
+    eager comes from the same alternated pairs as the one over int8 eager."""
     from adapters.eager import TorchCompiled
     from compare.measure.timing import AlternatingSampler, Timed
 
+    def eager_timed(model):
+        eager = TorchCompiled(model, spec.device)
+        return Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize)
+
     candidates = [Timed(compiled.run, prepared, compiled.synchronize)]
+    if setup.fp32_model is not None:
+        candidates.insert(0, eager_timed(setup.fp32_model))
     if spec.backend != "eager":
-        eager = TorchCompiled(setup.reference_model, spec.device)
-        candidates.insert(0, Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize))
+        candidates.insert(0, eager_timed(setup.reference_model))
     sampler = AlternatingSampler(candidates, spec.timing)
     if spec.interleave:
         take_slices(sampler)
@@ -359,7 +453,11 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
         while not sampler.done():
             sampler.take_rounds(1)
     stats = sampler.stats()
-    return {"latency": stats[-1], "eager_latency": stats[0], "round_s": sampler.round_s()}
+    # the order: [int8 eager (not in eager's own cell)], [fp32 eager (int8 cells)], the backend
+    eager_stats = stats[-1] if spec.backend == "eager" else stats[0]
+    fp32_stats = stats[-2] if setup.fp32_model is not None else None
+    return {"latency": stats[-1], "eager_latency": eager_stats, "fp32_eager_latency": fp32_stats,
+            "round_s": sampler.round_s()}
 
 
 def await_compile() -> None:
@@ -478,6 +576,10 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
         return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
                                                                                 emit))
 
+    if spec.dtype in QUANTIZED_DTYPES and (missing := backend.int8_missing()):
+        from adapters import BackendUnavailable
+
+        raise BackendUnavailable(f"{spec.backend} has no {spec.dtype} path: {missing}")
     emit(phase="setup")
     setup = CellSetup.build(spec)
     emit(phase="import")
@@ -504,7 +606,8 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
         status="ok",
         backend_versions=backend.versions(),
         settings={"threads": spec.threads, "float32_matmul_precision": "highest",
-                  **({"affinity": list(spec.affinity)} if spec.affinity else {}), **backend.settings(ctx)},
+                  **({"affinity": list(spec.affinity)} if spec.affinity else {}), **backend.settings(ctx),
+                  **({"calibration": setup.calibration_record} if setup.calibration_record else {})},
         allocator=allocator_in_use(),
         torch_import_s=torch_import_s,
         import_s=loaded["import_s"],
