@@ -20,7 +20,7 @@ import faults
 from adapters import artifacts
 from adapters.tvm.log_store import RECORD_FILE, TuningLogStore
 from compare.cli import main as cli_main
-from compare.results.schema import ResultsError, RunResults
+from compare.results.schema import SCHEMA_VERSION, ResultsError, RunResults
 from conftest import FAST, FIXTURES, ROOT, load_results, run_cli, with_test_defaults
 from workloads import TensorSpec, Workload, WorkloadError
 
@@ -144,9 +144,10 @@ def test_resume_refuses_corrupt_or_foreign_results(tmp_path):
     (run_dir / "results.json").write_text('{"schema_version": 1, "cells": [')
     proc = run_cli("--resume", run_dir)
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
-    (run_dir / "results.json").write_text(json.dumps({"schema_version": 7, "environment": {}, "cells": []}))
+    future = SCHEMA_VERSION + 1  # a version this dlcompare does not know yet
+    (run_dir / "results.json").write_text(json.dumps({"schema_version": future, "environment": {}, "cells": []}))
     proc = run_cli("--resume", run_dir)
-    assert proc.returncode == 2 and "schema_version 7" in proc.stderr
+    assert proc.returncode == 2 and f"schema_version {future}" in proc.stderr
     faults.record("resume from a corrupt/foreign results.json", 2, 0)
 
 
