@@ -28,7 +28,10 @@ def store_for(backend, ctx) -> tuple[Path, dict[str, Any]]:
     else:
         folder = ctx.work_dir / backend.name
         folder.mkdir(parents=True, exist_ok=True)
-    return folder, {"target_key": tkey, "workload_key": ctx.workload_key, "versions": versions}
+    expected = {"target_key": tkey, "workload_key": ctx.workload_key, "versions": versions}
+    if ctx.calibration is not None:  # an int8 artifact is only as good as the quantizer settings it was built with
+        expected["quantizer"] = backend.settings(ctx).get("quantizer")
+    return folder, expected
 
 
 def locked(folder: Path) -> FileLock:

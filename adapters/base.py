@@ -357,6 +357,18 @@ def host_cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def has_vnni() -> bool:
+    """VNNI (or AMX int8) on this CPU, from /proc/cpuinfo's flags. Without it, x86 int8
+    kernels multiply u8 by s8 with VPMADDUBSW, whose 16-bit sums saturate: each int8
+    quantizer has its own guard for that (ORT reduce_range, torchao reduce_range, NNCF
+    overflow_fix), which the adapters turn on only here."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
 def target_key(device: str, threads: int, versions: dict[str, str], cpu: str | None = None) -> str:
     """Folder name that separates caches by what makes compiled code differ:
     device, CPU model, thread count and the compiler's version."""

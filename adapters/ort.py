@@ -23,6 +23,7 @@ from .base import (
     CompileResult,
     DelegatingSession,
     export_dynamic_shapes,
+    has_vnni,
     option,
 )
 from .profiling import (
@@ -293,22 +294,13 @@ LAYOUT_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identi
               "Concat", "Expand", "ReorderInput", "ReorderOutput", "Constant", "Cast")
 
 
-def has_vnni() -> bool:
-    """VNNI (or AMX int8) on this CPU, from /proc/cpuinfo's flags."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(flag in flags for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
-
-
-def quantize_settings() -> dict[str, Any]:
+def quantize_settings(vnni: bool | None = None) -> dict[str, Any]:
     """ORT's quantization guide for x86: QDQ, U8S8 (uint8 activations, int8 weights),
     per-channel weights, the model pre-processed first; reduce_range (7-bit weights) only
     on a CPU without VNNI, where the guide says U8S8's VPMADDUBSW may saturate."""
     return {"quantizer": "onnxruntime.quantization.quantize_static", "quant_format": "QDQ",
             "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
-            "reduce_range": not has_vnni(), "calibrate_method": "MinMax",
+            "reduce_range": not (has_vnni() if vnni is None else vnni), "calibrate_method": "MinMax",
             "pre_process": "onnxruntime.quantization.shape_inference.quant_pre_process"}
 
 

@@ -8,15 +8,27 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .base import has_vnni
+
 # What every PT2E cell records as its quantizer (settings.quantizer).
 PT2E_SETTINGS = {"quantizer": "torchao X86InductorQuantizer (PT2E, torchao.quantization.pt2e)",
-                 "config": "get_default_x86_inductor_quantization_config(): static, per-channel int8 weights, "
-                           "per-tensor uint8 activations", "calibration": "prepare_pt2e -> calibration batches -> convert_pt2e"}
-def pt2e_settings() -> dict[str, str]:
-    """``PT2E_SETTINGS`` with the torchao version that quantized."""
+                 "config": "get_default_x86_inductor_quantization_config(reduce_range): static, per-channel int8 "
+                           "weights, per-tensor uint8 activations", "calibration": "prepare_pt2e -> calibration batches -> convert_pt2e"}
+
+
+def reduce_range(vnni: bool | None = None) -> bool:
+    """7-bit activations on a CPU without VNNI, as torchao's config advises ("Set it to True
+    on earlier CPUs without VNNI to avoid accuracy issue"): there Inductor's oneDNN int8
+    kernels saturate, and GPT-2's and ViT's outputs fell to cosine 0.90 and 0.73 against
+    fp32 at --size small, 0.998 and 0.994 with it (scripts/experiments/int8_saturation.py)."""
+    return not (has_vnni() if vnni is None else vnni)
+
+
+def pt2e_settings(vnni: bool | None = None) -> dict[str, Any]:
+    """``PT2E_SETTINGS`` with reduce_range and the torchao version that quantized."""
     import importlib.metadata
 
-    return {**PT2E_SETTINGS, "torchao": importlib.metadata.version("torchao")}
+    return {**PT2E_SETTINGS, "reduce_range": reduce_range(vnni), "torchao": importlib.metadata.version("torchao")}
 
 
 # Nodes of a converted PT2E graph that only convert between int8 and float.
@@ -38,7 +50,7 @@ def quantize(module: Any, example_inputs: Sequence[Any], batches: Sequence[Seque
 
     exported = torch.export.export(module, tuple(example_inputs)).module()
     quantizer = xiq.X86InductorQuantizer()
-    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
+    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config(reduce_range=reduce_range()))
     prepared = prepare_pt2e(exported, quantizer)
     with torch.no_grad():
         for batch in batches:

@@ -49,6 +49,37 @@ def test_the_int8_tolerance_is_its_own_and_a_crude_quantization_passes_it_but_no
 
 
 @pytest.mark.unit
+def test_top1_decides_only_a_classifiers_int8_verdict():
+    import torch
+
+    from compare.measure.accuracy import draw_accuracy, int8_verdict, summarize_draws
+
+    fp32 = torch.randn(16, 10, generator=torch.Generator().manual_seed(1))
+    near = fp32 + 0.01 * fp32.flip(1)  # cosine ~1, but rows whose two best logits were close swap
+    accuracy = summarize_draws([draw_accuracy([fp32.flip(1)], [fp32], logits=True)])
+    assert not int8_verdict(accuracy)["ok"]
+    assert "top-1" not in (int8_verdict(accuracy, judge_top1=False)["error"] or "")
+    close = summarize_draws([draw_accuracy([near], [fp32], logits=True)])
+    assert int8_verdict(close, judge_top1=False)["ok"] and "top1_agreement" in close
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("vnni", [True, False])
+def test_each_quantizer_guards_against_int8_saturation_only_on_a_cpu_without_vnni(vnni):
+    """Both branches, the capability faked: without VNNI, ORT and torchao reduce the range
+    and NNCF fixes overflow in every layer; with it, each quantizer's own default."""
+    import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
+
+    from adapters import openvino, ort, pt2e
+
+    assert ort.quantize_settings(vnni)["reduce_range"] is (not vnni)
+    assert pt2e.pt2e_settings(vnni)["reduce_range"] is (not vnni)
+    assert openvino.nncf_settings(vnni)["overflow_fix"] == ("first_layer_only" if vnni else "enable")
+    config = xiq.get_default_x86_inductor_quantization_config(reduce_range=pt2e.reduce_range(vnni))
+    assert config.input_activation.quant_max == (255 if vnni else 127)  # the setting reaches the quantizer
+
+
+@pytest.mark.unit
 def test_calibration_seeds_stay_apart_from_the_evaluation_draws_and_their_hash_is_the_datas():
     import torch
 
@@ -147,6 +178,7 @@ def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibr
     """mlp and conv at int8 through each backend's own quantizer; a backend whose release
     has none is unavailable with its reason; a broken (2-bit) test quantizer fails the int8
     tolerance (its honest 8-bit setting passing it is checked without a run, above)."""
+    from adapters.base import has_vnni
     from compare.measure.accuracy import INT8_TOLERANCE, int8_verdict
 
     run_dir = tmp_path / "run"
@@ -169,6 +201,8 @@ def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibr
             assert cell["numerics_after_timing"]["ok"], backend  # the timing inputs bound again after the draws
             assert cell["fp32_eager_latency"]["median"] > 0 and cell["speedup_vs_fp32"] > 0
             assert "quantize" in cell["compile_phases"] and "quantizer" in cell["settings"]
+            if backend in ("eager", "inductor"):  # this CPU's saturation guard, as recorded
+                assert cell["settings"]["quantizer"]["reduce_range"] is not has_vnni()
             assert cell["settings"]["calibration"]["batches"] == 2
             hashes.add(cell["settings"]["calibration"]["sha256"])
             assert cell["info"]["int8_ops"]["int8"] >= 1, (backend, cell["info"]["int8_ops"])
