@@ -278,7 +278,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: ResNet(p["depth"], p["width"]),
         inputs=_image,
-        tags=("models", "cnn", "logits"),
+        tags=("models", "cnn", "logits", "classifier"),
         batch_param="batch",
     ),
     Workload(
@@ -291,7 +291,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: MobileNetV2(p["width_mult"]),
         inputs=_image,
-        tags=("models", "cnn", "logits"),
+        tags=("models", "cnn", "logits", "classifier"),
         batch_param="batch",
     ),
     Workload(
@@ -331,7 +331,7 @@ MODEL_WORKLOADS = [
         },
         build=lambda p: ViT(p["hw"], p["patch"], p["dim"], p["heads"], p["layers"], p["classes"]),
         inputs=_image,
-        tags=("models", "transformer", "logits"),
+        tags=("models", "transformer", "logits", "classifier"),
         batch_param="batch",
     ),
 ]

@@ -264,6 +264,12 @@ class CellSetup:
 
         return LOGITS_TAG in self.workload.tags
 
+    @property
+    def classifier(self) -> bool:
+        from compare.measure.accuracy import CLASSIFIER_TAG
+
+        return CLASSIFIER_TAG in self.workload.tags
+
     def draw(self, index: int, seed: int, device: str) -> list:
         """Input draw ``index`` (0: the timing inputs)."""
         from workloads import make_inputs
@@ -375,7 +381,7 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) ->
             merge_worst(worst, key, check)
     accuracy = summarize_draws(accuracy_draws) if quantized else None
     if accuracy is not None:
-        verdicts = [int8_verdict(accuracy)]
+        verdicts = [int8_verdict(accuracy, judge_top1=setup.classifier)]
     failed = next((v for v in verdicts if not v["ok"]), None)
     vs_eager, vs_fp64, eager64 = worst["vs_eager"], worst["vs_fp64"], worst["eager_vs_fp64"]
     return {
