@@ -575,6 +575,10 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
 
         return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
                                                                                 emit))
+    from compare.worker import decode
+
+    if decode.is_decode_cell(spec):  # --suite llm: greedy generation with a KV cache
+        return decode.measure(spec, backend, ctx, torch_import_s)
 
     if spec.dtype in QUANTIZED_DTYPES and (missing := backend.int8_missing()):
         from adapters import BackendUnavailable
