@@ -180,3 +180,23 @@ def test_tiny_generation_through_eager_inductor_and_ort(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "## LLM decode (prompt 8 tokens, 8 new tokens, max length 16" in summary
     assert "decode_tpot_p50_ms" in (out / "results.csv").read_text().splitlines()[0]
+
+
+@pytest.mark.unit
+def test_a_module_that_fails_to_compile_names_itself_and_keeps_its_kind(tmp_path):
+    from adapters import BackendUnavailable, CompileContext
+    from compare.worker.decode import compile_part, part_context
+
+    class Refusing:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def compile(self, module, examples, ctx):
+            raise self.exc
+
+    ctx = part_context(CompileContext("gpt2_decode", "key", "cpu", 1, tmp_path), "decode")
+    assert ctx.workload_key == "key-decode" and ctx.work_dir == tmp_path / "decode"
+    with pytest.raises(RuntimeError, match=r"^decode: ValueError: .*no lowering for aten.where"):
+        compile_part(Refusing(ValueError("op dump\nno lowering for aten.where")), None, [], ctx, "decode")
+    with pytest.raises(BackendUnavailable, match="^prefill: no KV cache here"):
+        compile_part(Refusing(BackendUnavailable("no KV cache here")), None, [], ctx, "prefill")

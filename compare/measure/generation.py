@@ -55,7 +55,7 @@ def generate(pair: DecodePair, prompt, new_tokens: int, keep_logits: bool = Fals
     out = Generation([token[:, 0].tolist()], time.perf_counter() - start, [], [logits.clone()] if keep_logits else [])
     for index in range(new_tokens - 1):
         begin = time.perf_counter()
-        position = torch.tensor([prompt.shape[1] + index], dtype=torch.int64)
+        position = torch.tensor([prompt.shape[1] + index], dtype=torch.int64, device=prompt.device)
         logits, k_cache, v_cache = call(pair.step, [token, position, k_cache, v_cache])
         token = logits.argmax(-1, keepdim=True)
         out.step_s.append(time.perf_counter() - begin)

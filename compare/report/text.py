@@ -359,9 +359,9 @@ def decode_rows(results: RunResults) -> list[dict[str, Any]]:
         decode = cell.decode
         if cell.status != "ok" or not decode or "ttft_ms" not in decode:
             continue
-        eager = {f"eager {k}": v for k, v in _decode_side(decode.get("eager") or {}).items() if k != "TPOT p99 ms"}
-        rows.append({"workload": cell.label, "backend": cell.backend, **_decode_side(decode),
-                     **({} if cell.backend == "eager" else eager),
+        eager = {f"eager {k}": "-" if cell.backend == "eager" else v
+                 for k, v in _decode_side(decode.get("eager") or {}).items() if k != "TPOT p99 ms"}
+        rows.append({"workload": cell.label, "backend": cell.backend, **_decode_side(decode), **eager,
                      "steps": (decode.get("tpot_ms") or {}).get("n"), "token ids": _decode_tokens(decode),
                      "recompiles": decode.get("recompiles")})
     return rows
