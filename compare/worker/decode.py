@@ -12,12 +12,13 @@ the compiles dynamo makes during the generations are counted anyway (``recompile
 from __future__ import annotations
 
 import dataclasses
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from compare.measure import memory
-from compare.measure.generation import DecodePair, Generation, GenerationSampler, generate
+from compare.measure.generation import DecodePair, Generation, GenerationSampler, call, generate
 from compare.measure.numerics import QUANTIZED_DTYPES, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
@@ -25,6 +26,17 @@ from compare.worker import steps
 
 PARTS = ("prefill", "decode")
 CACHE_STRATEGY = "static-padded"
+
+
+def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
+    """The worker's entry: a decode cell here, every other cell as ``steps.measure_cell``.
+    The workload is looked up after ``prepare_worker``, which sets the environment torch reads
+    at import (and looking it up imports torch)."""
+    process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
+    backend, ctx, torch_import_s = steps.prepare_worker(spec)
+    if spec.dynamic is None and is_decode_cell(spec):
+        return measure(spec, backend, ctx, torch_import_s)
+    return steps.measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
 
 
 def is_decode_cell(spec: CellSpec) -> bool:
@@ -59,15 +71,15 @@ class DecodeSetup:
     def new_tokens(self) -> int:
         return int(self.params["new_tokens"])
 
-    def examples(self) -> dict[str, list]:
-        """Example inputs of each module: the prompt; the prompt's last token at the first
-        free slot, with the caches eager's prefill filled."""
+    def decode_examples(self, prefill) -> list:
+        """The decode step's example inputs as the generation will feed them: the compiled
+        prefill's own caches and argmax token, at the first free slot (an example of other
+        strides, a slice of the prompt, made torch.compile compile the step again)."""
         import torch
 
-        with torch.no_grad():
-            _, k_cache, v_cache = self.reference.prefill_module()(self.prompt)
+        logits, k_cache, v_cache = call(prefill, [self.prompt])
         position = torch.tensor([self.prompt.shape[1]], dtype=torch.int64, device=self.prompt.device)
-        return {"prefill": [self.prompt], "decode": [self.prompt[:, -1:], position, k_cache, v_cache]}
+        return [logits.argmax(-1, keepdim=True), position, k_cache, v_cache]
 
 
 def part_context(ctx, part: str):
@@ -104,11 +116,12 @@ def compile_part(backend, module, examples: list, ctx, part: str):
 
 def compile_both(backend, setup: DecodeSetup, ctx, spec: CellSpec, loaded: dict):
     """Both modules compiled under a peak-memory probe: their results by part, the memory figures."""
-    examples = setup.examples()
-    modules = {"prefill": setup.model.prefill_module(), "decode": setup.model.decode_module()}
     with memory.TreePeak() as peak:
-        results = {part: compile_part(backend, modules[part], examples[part], part_context(ctx, part), part)
-                   for part in PARTS}
+        prefill = compile_part(backend, setup.model.prefill_module(), [setup.prompt], part_context(ctx, "prefill"),
+                               "prefill")
+        examples = setup.decode_examples(prefill.compiled)
+        decode = compile_part(backend, setup.model.decode_module(), examples, part_context(ctx, "decode"), "decode")
+    results = {"prefill": prefill, "decode": decode}
     memory.trim_heap()
     figures = {"peak_rss_mb": peak.peak_self_mb,
                "compile_peak_mb": steps._delta(peak.peak_tree_mb, loaded["rss_after_load_mb"]),
