@@ -104,7 +104,8 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
                         help="comma-separated workloads from any suite (default: the --suite's)")
     parser.add_argument("--suite", choices=SUITES, default="paper",
                         help="built-in workloads to run: paper (the survey's five graphs), models "
-                             "(ResNet, MobileNetV2, BERT, GPT-2, ViT) or all (default: paper)")
+                             "(ResNet, MobileNetV2, BERT, GPT-2, ViT), llm (greedy decoding with a static KV "
+                             "cache: TTFT, TPOT, tokens/s) or all (default: paper)")
     parser.add_argument("--batch", type=_batch_list, default=[], metavar="N[,N...]",
                         help="batch sizes to sweep, each its own cell (default: each workload's own)")
     parser.add_argument("--dtype", type=_dtype_list, default=["fp32"], metavar="fp32|bf16|fp16[,...]",

@@ -160,7 +160,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         wt.add_column(col, overflow="fold")
     for w in resolve_workloads(None, args.workload_file, "all"):
         specs = w.input_specs(args.size)
-        suite = next((t for t in w.tags if t in ("paper", "models")), "-")
+        suite = next((t for t in w.tags if t in ("paper", "models", "llm")), "-")
         wt.add_row(
             w.name, suite, w.description,
             "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),

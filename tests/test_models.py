@@ -15,7 +15,7 @@ TINY = FIXTURES / "tiny_workloads.py"
 def test_model_suite_is_selected_by_suite():
     assert list(builtin_workloads("models")) == MODELS
     assert [w.name for w in resolve_workloads(None, suite="models")] == MODELS
-    assert len(resolve_workloads(None, suite="all")) == 10
+    assert len(resolve_workloads(None, suite="all")) == 11  # paper 5, models 5, llm 1
     # named workloads come from any suite
     assert [w.name for w in resolve_workloads(["gpt2", "mlp"])] == ["gpt2", "mlp"]
     with pytest.raises(WorkloadError, match="unknown suite"):

@@ -29,16 +29,18 @@ __all__ = [
 
 
 # --suite: which built-ins run when no --workloads are named (user files always do).
-SUITES = ("paper", "models", "all")
+SUITES = ("paper", "models", "llm", "all")
 
 
 def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
+    from .llm import LLM_WORKLOADS
     from .models import MODEL_WORKLOADS
     from .survey import PAPER_WORKLOADS
 
     if suite not in SUITES:
         raise WorkloadError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
-    picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS, "all": PAPER_WORKLOADS + MODEL_WORKLOADS}[suite]
+    picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS, "llm": LLM_WORKLOADS,
+              "all": PAPER_WORKLOADS + MODEL_WORKLOADS + LLM_WORKLOADS}[suite]
     return {w.name: w for w in picked}
 
 

@@ -101,6 +101,20 @@ def pooled_crosscheck(checks: list[dict[str, Any] | None]) -> dict[str, Any] | N
             "runs": sum(c.get("runs", 0) for c in made), "note": made[0].get("note", "")}
 
 
+def pooled_decode(records: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The decode records of a cell's processes as one: their per-generation parts pooled,
+    token ids agreeing only where every process's did, recompiles summed."""
+    if not records or records[0] is None:
+        return None
+    made = [r for r in records if r is not None]
+    diverged = [r["first_divergent_step"] for r in made if r["first_divergent_step"] is not None]
+    samples = {side: {part: [x for r in made for x in r["samples"][side][part]] for part in made[0]["samples"][side]}
+               for side in made[0]["samples"]}
+    return {**made[0], "token_ids_agree": all(r["token_ids_agree"] for r in made),
+            "first_divergent_step": min(diverged) if diverged else None,
+            "recompiles": sum(r["recompiles"] for r in made), "processes": len(made), "samples": samples}
+
+
 def _pooled(stats: list[LatencyStats | None]) -> LatencyStats:
     made = [s for s in stats if s is not None]
     return LatencyStats.from_ms([x for s in made for x in s.samples], made[0].number)
@@ -130,6 +144,7 @@ def pool_processes(runs: list[CellMeasurement]) -> CellMeasurement:
     return dataclasses.replace(
         first, latency=_pooled([run.latency for run in runs]), eager_latency=_pooled([run.eager_latency for run in runs]),
         fp32_eager_latency=None if first.fp32_eager_latency is None else _pooled([r.fp32_eager_latency for r in runs]),
+        decode=pooled_decode([run.decode for run in runs]),
         processes=[process_summary(run) for run in runs], numerics_ok=numerics_ok, numerics_error=numerics_error,
         wall_s=sum(run.wall_s or 0.0 for run in runs), crosscheck=pooled_crosscheck([run.crosscheck for run in runs]),
         **warm_start(runs))

@@ -338,6 +338,53 @@ REQUEST_NOTE = ("Single-stream (MLPerf LoadGen's SingleStream): every request ti
                 "percentile is an observed request; p99 needs 100 requests and p99.9 1000, else '-'.")
 
 
+def _decode_side(decode: dict[str, Any]) -> dict[str, str]:
+    tpot = decode.get("tpot_ms") or {}
+    rate = decode.get("tokens_per_s")
+    return {"TTFT ms": _fmt_ms_or_dash(decode.get("ttft_ms")), "TPOT p50 ms": _fmt_ms_or_dash(tpot.get("p50")),
+            "TPOT p99 ms": _fmt_ms_or_dash(tpot.get("p99")), "tokens/s": "-" if rate is None else f"{rate:.1f}"}
+
+
+def _decode_tokens(decode: dict[str, Any]) -> str:
+    if decode.get("token_ids_agree"):
+        return "agree"
+    return f"differ from token {decode.get('first_divergent_step')}"
+
+
+def decode_rows(results: RunResults) -> list[dict[str, Any]]:
+    """--suite llm: per decode cell, the backend's figures, the in-cell eager's, and whether
+    the greedy token ids agree with eager's."""
+    rows = []
+    for cell in results.cells:
+        decode = cell.decode
+        if cell.status != "ok" or not decode or "ttft_ms" not in decode:
+            continue
+        eager = {f"eager {k}": "-" if cell.backend == "eager" else v
+                 for k, v in _decode_side(decode.get("eager") or {}).items() if k != "TPOT p99 ms"}
+        rows.append({"workload": cell.label, "backend": cell.backend, **_decode_side(decode), **eager,
+                     "steps": (decode.get("tpot_ms") or {}).get("n"), "token ids": _decode_tokens(decode),
+                     "recompiles": decode.get("recompiles")})
+    return rows
+
+
+def decode_heading(results: RunResults) -> str:
+    """The decode table's title: prompt length, new tokens and cache length (those of the
+    first decode cell; a run has one size)."""
+    decode = next(c.decode for c in results.cells if c.decode)
+    return (f"## LLM decode (prompt {decode['prompt_len']} tokens, {decode['new_tokens']} new tokens, "
+            f"max length {decode['max_len']}, batch {decode.get('batch', 1)}, KV cache {decode['cache']})")
+
+
+DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token (TTFT: its median), then one "
+               "decode step per further token (TPOT: p50 and p99 over every timed step, p99 from 100 steps). "
+               "Both modules are compiled by the backend with static shapes, the KV cache padded to the "
+               "maximum length, so nothing recompiles ('recompiles' counts dynamo's compiles during the "
+               "generations). Converting inputs and outputs between steps, and the argmax, are inside the "
+               "clock, for eager too. tokens/s = new tokens x batch / the median generation. Whole "
+               "generations of eager and the backend alternate in the same workers; the cell table's "
+               "latency is one generation.")
+
+
 def summary_markdown(results: RunResults) -> str:
     frame = pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS)
     lines = [
@@ -376,6 +423,9 @@ def summary_markdown(results: RunResults) -> str:
     if requests:
         lines += ["", "## Per-request latency (single-stream)", "", pd.DataFrame(requests).to_markdown(index=False),
                   "", REQUEST_NOTE]
+    decodes = decode_rows(results)
+    if decodes:
+        lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
     lines += int8_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
@@ -423,6 +473,7 @@ def rich_geomean_table(results: RunResults):
 
 def rich_extra_tables(results: RunResults) -> list:
     """The tables printed below the cells: geometric means, per-request latency."""
-    geo, requests = rich_geomean_table(results), request_rows(results)
+    geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
     return ([geo] if geo is not None else []) + (
-        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else [])
+        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
+        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else [])

@@ -5,6 +5,7 @@ roofline placement. Filled in by the runner before every save, and again by
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from compare.measure.roofline import place
 from compare.measure.stats import (
@@ -96,6 +97,28 @@ def fill_request_latency(cell: Cell) -> None:
                                    if stats is not None}
 
 
+def decode_summary(parts: dict[str, list[float]], generation_ms: float, tokens: int) -> dict[str, Any]:
+    """One side's decode figures: the median time to first token, the per-step p50 and p99
+    (observed steps, pooled over every timed generation; p99 needs 100 steps, else None)
+    and the tokens of a generation (over the batch) per second of its median."""
+    steps = parts["step_ms"]
+    pct = request_percentiles(steps) if steps else {"p50": None, "p99": None, "n": 0}
+    return {"ttft_ms": statistics.median(parts["ttft_ms"]) if parts["ttft_ms"] else None,
+            "tpot_ms": {"p50": pct["p50"], "p99": pct["p99"], "n": pct["n"]},
+            "tokens_per_s": tokens / (generation_ms / 1e3) if generation_ms else None}
+
+
+def fill_decode(cell: Cell) -> None:
+    """--suite llm: the backend's and the in-cell eager's decode figures from the pooled
+    samples (the cell's latency and eager latency are whole generations)."""
+    decode, samples = cell.decode, (cell.decode or {}).get("samples")
+    if decode is None or not samples or cell.latency is None or cell.eager_latency is None:
+        return
+    tokens = decode["new_tokens"] * decode.get("batch", 1)
+    decode.update(decode_summary(samples["backend"], cell.latency.median, tokens))
+    decode["eager"] = decode_summary(samples["eager"], cell.eager_latency.median, tokens)
+
+
 def fill_speedup_vs_fp32(cell: Cell) -> None:
     """An int8 cell against fp32 eager timed in the same rounds: the speedup, its interval
     (resampled as the speedup's), and the calls after which compile and quantization are
@@ -132,6 +155,7 @@ def fill_derived(results: RunResults) -> None:
         if per_request:
             fill_request_latency(cell)
         fill_speedup_vs_fp32(cell)
+        fill_decode(cell)
         cell.eager_only_ms = eager_only.get(cell.label)
         if cell.eager_only_ms and cell.eager_median_ms:
             cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1

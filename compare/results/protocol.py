@@ -189,6 +189,8 @@ class CellMeasurement:
     crosscheck: dict[str, Any] | None = None
     gemm_library: dict[str, str] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # --suite llm: the greedy generation's record (compare.worker.decode.decode_record)
+    decode: dict[str, Any] | None = None
     experiment: dict[str, Any] | None = None  # an experiment's record (process-only)
     worker_s: float | None = None  # the worker's own seconds, import to result (process-only)
     # the parent: the process, seen from outside

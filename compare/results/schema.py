@@ -63,6 +63,12 @@ class Cell:
     # --scenario single-stream: per-request percentiles (ms) of the backend and of the in-cell
     # eager, {"backend": {p50, p90, p99, p99.9, max, n}, "eager": {...}} (derived)
     request_latency_ms: dict[str, Any] | None = None
+    # --suite llm: greedy generation with a static KV cache. Measured: prompt_len, new_tokens,
+    # max_len, batch, cache ("static-padded"), compiles, recompiles, token_ids_agree,
+    # first_divergent_step, token_ids, eager_token_ids, samples {backend, eager: {ttft_ms,
+    # step_ms}}; derived: ttft_ms, tpot_ms {p50, p99, n}, tokens_per_s, and eager's as "eager".
+    # The cell's latency is then one whole generation.
+    decode: dict[str, Any] | None = None
     warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
     warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
     max_abs_err: float | None = None  # vs eager fp32
@@ -312,8 +318,22 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         prefix = "request" if side == "backend" else "eager_request"
         row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
                     if name != "n"})
+    row.update(decode_columns(cell.decode))
     for phase, seconds in cell.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
+    return row
+
+
+def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
+    """--suite llm: the decode figures as CSV columns (none for other cells)."""
+    if not decode:
+        return {}
+    row = {f"decode_{name}": decode.get(name) for name in ("prompt_len", "new_tokens", "max_len", "cache",
+                                                            "recompiles", "token_ids_agree", "first_divergent_step")}
+    for prefix, side in (("decode", decode), ("decode_eager", decode.get("eager") or {})):
+        tpot = side.get("tpot_ms") or {}
+        row.update({f"{prefix}_ttft_ms": side.get("ttft_ms"), f"{prefix}_tpot_p50_ms": tpot.get("p50"),
+                    f"{prefix}_tpot_p99_ms": tpot.get("p99"), f"{prefix}_tokens_per_s": side.get("tokens_per_s")})
     return row
 
 

@@ -576,12 +576,16 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
     """Run one cell; returns what it measured (the protocol's answer)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
     backend, ctx, torch_import_s = prepare_worker(spec)
+    return measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
+
+
+def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, process_cpus: set[int]) -> protocol.CellMeasurement:
+    """One cell (or experiment) once ``prepare_worker`` has set up the process."""
     if spec.dynamic is not None:
         from compare.experiments import dynamic
 
         return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
                                                                                 emit))
-
     if spec.dtype in QUANTIZED_DTYPES and (missing := backend.int8_missing()):
         from adapters import BackendUnavailable
 
@@ -619,7 +623,7 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
         import_s=loaded["import_s"],
         compile_phases=result.phases,
         compile_s=compile_s,
-        time_to_first_result_s=torch_import_s + loaded["import_s"] + compile_s,
+        time_to_first_result_s=torch_import_s + (loaded["import_s"] or 0.0) + compile_s,
         tuning_s=result.tuning_s,
         load_mb=loaded["load_mb"],
         **figures,
@@ -636,7 +640,8 @@ def _delta(value: float | None, base: float | None) -> float | None:
     return None if value is None or base is None else value - base
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, measure=measure_cell) -> int:
+    """``python -m compare.worker SPEC RESULT``: ``measure`` the spec's cell, write its result."""
     argv = sys.argv[1:] if argv is None else argv
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = CellSpec.from_json(spec_path.read_text())
@@ -648,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     try:
-        result = measure_cell(spec)
+        result = measure(spec)
     except BackendUnavailable as exc:
         result = protocol.ended("unavailable", str(exc))
     except MemoryError as exc:

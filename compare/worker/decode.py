@@ -1,0 +1,249 @@
+"""The LLM decode cell (``--suite llm``, workloads tagged ``workloads.llm.LLM_TAG``).
+
+In the worker, in order: the decoder and its prompt; the backend's imports; its
+``prefill`` and ``decode_step`` modules each compiled through the backend's own
+``compile`` (the same adapter path as every cell, with a context of its own, so the two
+never share a stored artifact); one greedy generation of each side, whose token ids must
+agree with eager's; then whole generations of eager and the backend alternately
+(``compare.measure.generation``); the token ids once more after timing. The caches are
+static: padded to ``max_len``, so every step has the same shapes and nothing recompiles;
+the compiles dynamo makes during the generations are counted anyway (``recompiles``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from compare.measure import memory
+from compare.measure.generation import DecodePair, Generation, GenerationSampler, call, generate
+from compare.measure.numerics import QUANTIZED_DTYPES, torch_dtype
+from compare.results import protocol
+from compare.results.protocol import CellSpec
+from compare.worker import steps
+
+PARTS = ("prefill", "decode")
+CACHE_STRATEGY = "static-padded"
+
+
+def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
+    """The worker's entry: a decode cell here, every other cell as ``steps.measure_cell``.
+    The workload is looked up after ``prepare_worker``, which sets the environment torch reads
+    at import (and looking it up imports torch)."""
+    process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
+    backend, ctx, torch_import_s = steps.prepare_worker(spec)
+    if spec.dynamic is None and is_decode_cell(spec):
+        return measure(spec, backend, ctx, torch_import_s)
+    return steps.measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
+
+
+def is_decode_cell(spec: CellSpec) -> bool:
+    from workloads import resolve_workloads
+    from workloads.llm import LLM_TAG
+
+    (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
+    return LLM_TAG in workload.tags
+
+
+@dataclass
+class DecodeSetup:
+    """The decoder at this cell's size and precision: the backend's copy, eager's, the prompt."""
+    params: dict[str, Any]
+    prompt: Any
+    model: Any  # handed to the backend (its two modules share these weights)
+    reference: Any  # eager: the timing and the token reference
+
+    @classmethod
+    def build(cls, spec: CellSpec) -> "DecodeSetup":
+        from workloads import build_model, make_inputs, resolve_workloads
+
+        (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
+        workload = workload.with_batch(spec.batch)
+        dtype = torch_dtype(spec.dtype)
+        model = build_model(workload, spec.size, spec.seed).to(device=spec.device, dtype=dtype)
+        reference = build_model(workload, spec.size, spec.seed).to(device=spec.device, dtype=dtype)
+        (prompt,) = make_inputs(workload.input_specs(spec.size), spec.seed, spec.device)
+        return cls(dict(workload.params(spec.size)), prompt, model, reference)
+
+    @property
+    def new_tokens(self) -> int:
+        return int(self.params["new_tokens"])
+
+    def decode_examples(self, prefill) -> list:
+        """The decode step's example inputs as the generation will feed them: the compiled
+        prefill's own caches and argmax token, at the first free slot (an example of other
+        strides, a slice of the prompt, made torch.compile compile the step again)."""
+        import torch
+
+        logits, k_cache, v_cache = call(prefill, [self.prompt])
+        position = torch.tensor([self.prompt.shape[1]], dtype=torch.int64, device=self.prompt.device)
+        return [logits.argmax(-1, keepdim=True), position, k_cache, v_cache]
+
+
+def part_context(ctx, part: str):
+    """The cell's context for one of its two modules: its own cache key and scratch folder,
+    so a store never hands one module's artifact to the other."""
+    work_dir = ctx.work_dir / part
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return dataclasses.replace(ctx, workload_key=f"{ctx.workload_key}-{part}", work_dir=work_dir, phases={},
+                               info={})
+
+
+def compile_part(backend, module, examples: list, ctx, part: str):
+    """One module through the backend's ``compile`` and one call (phases as the cell's); a
+    failure names the module and keeps its kind (unavailable, out of memory, failed)."""
+    from adapters import BackendUnavailable
+
+    try:
+        result = backend.compile(module, examples, ctx)
+        phases = dict(ctx.phases if result.phases is None else result.phases)
+        if not result.includes_first_call:
+            with ctx.phase("first_call"):
+                steps.run_once(result.compiled, result.compiled.prepare(examples))
+            phases["first_call"] = ctx.phases["first_call"]
+        result.phases = phases
+        return result
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(f"{part}: {exc}") from None
+    except MemoryError:
+        raise
+    except Exception as exc:
+        traceback.print_exc()
+        raise RuntimeError(f"{part}: {steps.one_line(exc, 360, keep_end=True)}") from None
+
+
+def compile_both(backend, setup: DecodeSetup, ctx, spec: CellSpec, loaded: dict):
+    """Both modules compiled under a peak-memory probe: their results by part, the memory figures."""
+    with memory.TreePeak() as peak:
+        prefill = compile_part(backend, setup.model.prefill_module(), [setup.prompt], part_context(ctx, "prefill"),
+                               "prefill")
+        examples = setup.decode_examples(prefill.compiled)
+        decode = compile_part(backend, setup.model.decode_module(), examples, part_context(ctx, "decode"), "decode")
+    results = {"prefill": prefill, "decode": decode}
+    memory.trim_heap()
+    figures = {"peak_rss_mb": peak.peak_self_mb,
+               "compile_peak_mb": steps._delta(peak.peak_tree_mb, loaded["rss_after_load_mb"]),
+               "compile_children_peak_mb": peak.peak_children_mb,
+               "steady_state_mb": steps._delta(memory.rss_mb(), loaded["rss_after_load_mb"])}
+    return results, figures
+
+
+def merged_compile(backend, ctx, results: dict, spec: CellSpec) -> dict[str, Any]:
+    """The cell's compile record from its two modules': phases prefixed by module, one cache
+    verdict (a hit only where both hit), each module's info."""
+    phases = {f"{part}_{name}": s for part in PARTS for name, s in results[part].phases.items()}
+    verdicts = {steps.cache_verdict(backend, ctx, results[part], spec.fresh_store) for part in PARTS}
+    cache = None if verdicts == {None} else verdicts.pop() if len(verdicts) == 1 else (
+        "bypass" if "bypass" in verdicts else "miss")
+    tuning = [results[part].tuning_s for part in PARTS]
+    return {"compile_phases": phases, "compile_s": sum(phases.values()), "cache": cache,
+            "tuning_s": None if None in tuning else sum(t for t in tuning if t is not None),
+            "info": {part: steps.cell_info(results[part]) for part in PARTS}}
+
+
+def eager_pair(setup: DecodeSetup, device: str) -> DecodePair:
+    from adapters.eager import TorchCompiled
+
+    return DecodePair(TorchCompiled(setup.reference.prefill_module(), device),
+                      TorchCompiled(setup.reference.decode_module(), device))
+
+
+def first_divergence(got: list, expected: list) -> int | None:
+    """The first new token (0: the prefill's) whose ids differ; None when all agree."""
+    return next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+
+
+def check_tokens(pair: DecodePair, reference: DecodePair, setup: DecodeSetup) -> tuple[dict[str, Any], Generation]:
+    """One generation of each: the token ids against eager's, and the worst logit error
+    over the steps before any divergence (after it the two see different tokens)."""
+    expected = generate(reference, setup.prompt, setup.new_tokens, keep_logits=True)
+    got = generate(pair, setup.prompt, setup.new_tokens, keep_logits=True)
+    diverged = first_divergence(got.tokens, expected.tokens)
+    agreeing = setup.new_tokens if diverged is None else diverged
+    errors = [float((a.double() - b.double()).abs().max()) for a, b in zip(got.logits[:agreeing], expected.logits)]
+    finite = all(bool(logits.isfinite().all()) for logits in got.logits)
+    error = None
+    if diverged is not None:
+        error = f"generated token ids differ from eager's from new token {diverged} (of {setup.new_tokens})"
+    elif not finite:
+        error = "non-finite logits"
+    record = {"token_ids_agree": diverged is None, "first_divergent_step": diverged,
+              "token_ids": got.tokens, "eager_token_ids": expected.tokens}
+    return {"numerics_ok": error is None, "numerics_error": error, "numerics_draws": 1,
+            "max_abs_err": max(errors) if errors else None, "decode": record}, got
+
+
+def time_generations(pair: DecodePair, reference: DecodePair, setup: DecodeSetup, spec: CellSpec):
+    """Eager's and the backend's generations alternately (eager alone in its own cell), in
+    one go or in the slices the parent asks for; per-generation statistics and the parts."""
+    candidates = [pair] if spec.backend == "eager" else [reference, pair]
+    sampler = GenerationSampler(candidates, setup.prompt, setup.new_tokens, spec.timing)
+    if spec.interleave:
+        steps.take_slices(sampler)
+    else:
+        while not sampler.done():
+            sampler.take_rounds(1)
+    stats = sampler.stats()
+    timed = {"latency": stats[-1], "eager_latency": stats[0], "round_s": sampler.round_s()}
+    return timed, {"backend": sampler.parts_ms(-1), "eager": sampler.parts_ms(0)}
+
+
+def dynamo_graphs() -> int:
+    """The graphs dynamo has compiled in this process (torch.compile's backends compile
+    through it; for the others it stays where it is)."""
+    from torch._dynamo.utils import counters
+
+    return int(dict(counters["stats"]).get("unique_graphs", 0))
+
+
+def after_timing(pair: DecodePair, setup: DecodeSetup, first: Generation) -> dict[str, Any]:
+    """The token ids once more after every timed generation (a cache buffer reused wrongly shows here)."""
+    again = generate(pair, setup.prompt, setup.new_tokens)
+    diverged = first_divergence(again.tokens, first.tokens)
+    return {"ok": diverged is None, "max_abs": None,
+            "error": None if diverged is None else f"token ids changed from new token {diverged}"}
+
+
+def decode_record(setup: DecodeSetup, tokens: dict[str, Any], parts: dict, recompiles: int) -> dict[str, Any]:
+    """The cell's ``decode`` as measured; ``compare.results.derived.fill_decode`` adds the summaries."""
+    p = setup.params
+    return {"prompt_len": p["prompt"], "new_tokens": p["new_tokens"], "max_len": p["max_len"], "batch": p["batch"],
+            "cache": CACHE_STRATEGY, "compiles": len(PARTS), "recompiles": recompiles, **tokens, "samples": parts}
+
+
+def measure(spec: CellSpec, backend, ctx, torch_import_s: float) -> protocol.CellMeasurement:
+    """Run one decode cell; returns what it measured (the protocol's answer)."""
+    from adapters import BackendUnavailable
+
+    if spec.dtype in QUANTIZED_DTYPES:
+        raise BackendUnavailable(f"the LLM decode suite has no {spec.dtype} path (its quantizers take one module "
+                                 "with one set of calibration inputs, not a prefill and a decode step)")
+    steps.emit(phase="setup")
+    setup = DecodeSetup.build(spec)
+    steps.emit(phase="import")
+    loaded = steps.import_backend(backend, ctx)
+    if spec.await_compile:
+        steps.await_compile()
+    results, figures = compile_both(backend, setup, ctx, spec, loaded)
+    compiled = merged_compile(backend, ctx, results, spec)
+    pair = DecodePair(results["prefill"].compiled, results["decode"].compiled)
+    reference = eager_pair(setup, spec.device)
+    graphs_before = dynamo_graphs()
+    steps.emit(phase="numerics")
+    numerics, first = check_tokens(pair, reference, setup)
+    steps.emit(phase="timing")
+    timed, parts = time_generations(pair, reference, setup, spec)
+    after = after_timing(pair, setup, first)
+    if numerics["numerics_ok"] and not after["ok"]:
+        numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
+    decode = decode_record(setup, numerics.pop("decode"), parts, dynamo_graphs() - graphs_before)
+    return protocol.CellMeasurement(
+        status="ok", backend_versions=backend.versions(),
+        settings={"threads": spec.threads, "float32_matmul_precision": "highest", "kv_cache": CACHE_STRATEGY,
+                  **({"affinity": list(spec.affinity)} if spec.affinity else {}), **backend.settings(ctx)},
+        allocator=steps.allocator_in_use(), torch_import_s=torch_import_s, import_s=loaded["import_s"],
+        time_to_first_result_s=torch_import_s + (loaded["import_s"] or 0.0) + compiled["compile_s"],
+        load_mb=loaded["load_mb"], **compiled, **figures, **numerics, **timed, numerics_after_timing=after,
+        decode=decode)

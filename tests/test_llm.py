@@ -1,0 +1,202 @@
+"""The LLM decode suite (--suite llm): the KV cache itself, the decode figures, and a tiny
+generation through eager, Inductor and ONNX Runtime."""
+import math
+
+import pytest
+
+from compare.results.latency import LatencyStats
+from compare.results.schema import Cell, RunResults, cell_row
+from conftest import FAST, load_results, run_cli
+
+
+def _small():
+    from workloads import build_model, builtin_workloads, make_inputs
+
+    workload = builtin_workloads("llm")["gpt2_decode"]
+    params = workload.params("small")
+    return build_model(workload, "small", 0), make_inputs(workload.input_specs("small"), 0)[0], params
+
+
+@pytest.mark.unit
+def test_cached_decode_gives_the_uncached_forward_logits_at_every_step():
+    """Prefill plus decode steps over the padded cache give the logits of the full forward over
+    the whole sequence, token after token: the cache is written where it is read."""
+    import torch
+
+    model, prompt, params = _small()
+    prefill, step = model.prefill_module(), model.decode_module()
+    sequence = prompt
+    with torch.no_grad():
+        logits, k_cache, v_cache = prefill(prompt)
+        for index in range(params["new_tokens"]):
+            full = model(sequence)[:, -1]
+            assert torch.allclose(logits, full, atol=1e-4, rtol=1e-5), index
+            token = logits.argmax(-1, keepdim=True)
+            sequence = torch.cat([sequence, token], dim=1)
+            position = torch.tensor([sequence.shape[1] - 1])
+            logits, k_cache, v_cache = step(token, position, k_cache, v_cache)
+    assert k_cache.shape == (params["layers"], 1, params["heads"], params["max_len"], params["dim"] // params["heads"])
+
+
+@pytest.mark.unit
+def test_a_decode_step_writes_one_slot_and_ignores_the_slots_after_it():
+    import torch
+
+    model, prompt, params = _small()
+    with torch.no_grad():
+        _, k_cache, v_cache = model.prefill_module()(prompt)
+        position = torch.tensor([prompt.shape[1]])
+        token = prompt[:, -1:]
+        logits, k_new, _ = model.decode_module()(token, position, k_cache, v_cache)
+        changed = (k_new != k_cache).any(dim=(0, 1, 2, 4)).nonzero().flatten().tolist()
+        assert changed == [prompt.shape[1]]
+        # garbage in the slots after the position (a stale cache) changes nothing
+        dirty = k_cache.clone()
+        dirty[:, :, :, prompt.shape[1] + 1:] = 1e3
+        again, _, _ = model.decode_module()(token, position, dirty, v_cache)
+    assert torch.equal(logits, again)
+
+
+@pytest.mark.unit
+def test_greedy_generation_matches_greedy_over_the_full_forward():
+    import torch
+
+    from compare.measure.generation import generate
+    from compare.worker.decode import DecodeSetup, eager_pair
+
+    model, prompt, params = _small()
+    setup = DecodeSetup(dict(params), prompt, model, model)
+    made = generate(eager_pair(setup, "cpu"), prompt, params["new_tokens"], keep_logits=True)
+    sequence = prompt
+    with torch.no_grad():
+        for _ in range(params["new_tokens"]):
+            sequence = torch.cat([sequence, model(sequence)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert [t[0] for t in made.tokens] == sequence[0, prompt.shape[1]:].tolist()
+    assert len(made.step_s) == params["new_tokens"] - 1 and len(made.logits) == params["new_tokens"]
+    assert made.ttft_s > 0 and all(s > 0 for s in made.step_s)
+
+
+@pytest.mark.unit
+def test_first_divergence_names_the_first_differing_token():
+    from compare.worker.decode import first_divergence
+
+    assert first_divergence([[1], [2], [3]], [[1], [2], [3]]) is None
+    assert first_divergence([[1], [2], [4]], [[1], [2], [3]]) == 2
+    assert first_divergence([[9], [2]], [[1], [2]]) == 0
+
+
+def _decode_record(step_ms, ttft_ms, agree=True, diverged=None, recompiles=0):
+    return {"prompt_len": 8, "new_tokens": 4, "max_len": 16, "batch": 1, "cache": "static-padded", "compiles": 2,
+            "recompiles": recompiles, "token_ids_agree": agree, "first_divergent_step": diverged,
+            "token_ids": [[1]] * 4, "eager_token_ids": [[1]] * 4,
+            "samples": {"backend": {"ttft_ms": ttft_ms, "step_ms": step_ms},
+                        "eager": {"ttft_ms": [2 * t for t in ttft_ms], "step_ms": [2 * s for s in step_ms]}}}
+
+
+@pytest.mark.unit
+def test_decode_figures_from_known_samples():
+    from compare.results.derived import fill_decode
+
+    steps = [1.0] * 98 + [5.0, 9.0]  # 100 steps: p99 is the 99th smallest
+    cell = Cell(workload="gpt2_decode", backend="ort", status="ok",
+                latency=LatencyStats.from_ms([20.0, 20.0], 1), eager_latency=LatencyStats.from_ms([40.0], 1),
+                decode=_decode_record(steps, [3.0, 4.0, 5.0]))
+    fill_decode(cell)
+    decode = cell.decode
+    assert decode["ttft_ms"] == 4.0 and decode["tpot_ms"] == {"p50": 1.0, "p99": 5.0, "n": 100}
+    assert decode["tokens_per_s"] == pytest.approx(4 / 0.020)
+    assert decode["eager"]["ttft_ms"] == 8.0 and decode["eager"]["tokens_per_s"] == pytest.approx(4 / 0.040)
+    few = Cell(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([20.0], 1),
+               eager_latency=LatencyStats.from_ms([40.0], 1), decode=_decode_record([1.0, 2.0, 3.0], [3.0]))
+    fill_decode(few)
+    assert few.decode["tpot_ms"]["p50"] == 2.0 and few.decode["tpot_ms"]["p99"] is None  # 3 steps: no p99
+
+
+@pytest.mark.unit
+def test_processes_pool_their_decode_samples_and_verdicts():
+    from compare.harness.pooling import pooled_decode
+
+    pooled = pooled_decode([_decode_record([1.0], [3.0]), _decode_record([2.0, 4.0], [5.0], agree=False, diverged=3,
+                                                                          recompiles=1)])
+    assert pooled["samples"]["backend"] == {"ttft_ms": [3.0, 5.0], "step_ms": [1.0, 2.0, 4.0]}
+    assert pooled["samples"]["eager"]["step_ms"] == [2.0, 4.0, 8.0]
+    assert not pooled["token_ids_agree"] and pooled["first_divergent_step"] == 3
+    assert pooled["recompiles"] == 1 and pooled["processes"] == 2
+    assert pooled_decode([None]) is None
+
+
+@pytest.mark.unit
+def test_decode_cells_show_in_the_summary_and_the_csv_and_load_back():
+    from compare.report.text import summary_markdown
+    from compare.results.derived import fill_derived
+
+    cell = Cell(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([20.0, 21.0], 1),
+                eager_latency=LatencyStats.from_ms([40.0, 41.0], 1), numerics_ok=True,
+                decode=_decode_record([1.0, 2.0, 3.0], [3.0]))
+    plain = Cell(workload="mlp", backend="ort", status="ok")  # an older cell without decode
+    results = RunResults(environment={}, config={}, cells=[cell, plain])
+    fill_derived(results)
+    text = summary_markdown(results)
+    assert "## LLM decode (prompt 8 tokens, 4 new tokens, max length 16, batch 1, KV cache static-padded)" in text
+    assert "| gpt2_decode | ort" in text.split("## LLM decode")[1]
+    row = cell_row(cell)
+    assert row["decode_tpot_p50_ms"] == 2.0 and row["decode_eager_ttft_ms"] == 6.0 and row["decode_recompiles"] == 0
+    assert "decode_ttft_ms" not in cell_row(plain)
+    again = RunResults.from_dict(results.to_dict())
+    assert again.cells[0].decode["ttft_ms"] == 3.0 and again.cells[1].decode is None
+
+
+@pytest.mark.unit
+def test_the_llm_suite_is_selected_by_suite():
+    from workloads import resolve_workloads
+
+    assert [w.name for w in resolve_workloads(None, suite="llm")] == ["gpt2_decode"]
+    assert "gpt2_decode" in [w.name for w in resolve_workloads(None, suite="all")]
+
+
+def test_tiny_generation_through_eager_inductor_and_ort(tmp_path):
+    """The decode suite end to end on the small config: every cell ok, the greedy token ids
+    eager's at every step, the decode figures filled and positive, nothing recompiled."""
+    out = tmp_path / "run"
+    proc = run_cli("--suite", "llm", "--size", "small", "--backends", "inductor,ort", "--threads", "2", *FAST,
+                   "--output-dir", out, "--no-history", "--quiet", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = load_results(out)
+    cells = {c["backend"]: c for c in data["cells"]}
+    assert sorted(cells) == ["eager", "inductor", "ort"]
+    for backend, cell in cells.items():
+        decode = cell["decode"]
+        assert cell["status"] == "ok" and cell["numerics_ok"], (backend, cell["error"], cell["numerics_error"])
+        assert decode["token_ids_agree"] and decode["first_divergent_step"] is None, backend
+        assert decode["token_ids"] == decode["eager_token_ids"] and len(decode["token_ids"]) == decode["new_tokens"]
+        assert decode["recompiles"] == 0 and decode["cache"] == "static-padded", backend
+        for side in (decode, decode["eager"]):
+            assert side["ttft_ms"] > 0 and side["tpot_ms"]["p50"] > 0 and side["tokens_per_s"] > 0, backend
+            assert side["tpot_ms"]["p99"] is None or side["tpot_ms"]["p99"] >= side["tpot_ms"]["p50"]
+        assert math.isclose(decode["tokens_per_s"], decode["new_tokens"] / (cell["latency"]["median"] / 1e3))
+    for backend in ("inductor", "ort"):  # both modules compiled, phases named by module
+        phases = cells[backend]["compile_phases"]
+        assert any(p.startswith("prefill_") for p in phases) and any(p.startswith("decode_") for p in phases)
+    summary = (out / "summary.md").read_text()
+    assert "## LLM decode (prompt 8 tokens, 8 new tokens, max length 16" in summary
+    assert "decode_tpot_p50_ms" in (out / "results.csv").read_text().splitlines()[0]
+
+
+@pytest.mark.unit
+def test_a_module_that_fails_to_compile_names_itself_and_keeps_its_kind(tmp_path):
+    from adapters import BackendUnavailable, CompileContext
+    from compare.worker.decode import compile_part, part_context
+
+    class Refusing:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def compile(self, module, examples, ctx):
+            raise self.exc
+
+    ctx = part_context(CompileContext("gpt2_decode", "key", "cpu", 1, tmp_path), "decode")
+    assert ctx.workload_key == "key-decode" and ctx.work_dir == tmp_path / "decode"
+    with pytest.raises(RuntimeError, match=r"^decode: ValueError: .*no lowering for aten.where"):
+        compile_part(Refusing(ValueError("op dump\nno lowering for aten.where")), None, [], ctx, "decode")
+    with pytest.raises(BackendUnavailable, match="^prefill: no KV cache here"):
+        compile_part(Refusing(BackendUnavailable("no KV cache here")), None, [], ctx, "prefill")
