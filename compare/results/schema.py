@@ -63,6 +63,10 @@ class Cell:
     # --scenario single-stream: per-request percentiles (ms) of the backend and of the in-cell
     # eager, {"backend": {p50, p90, p99, p99.9, max, n}, "eager": {...}} (derived)
     request_latency_ms: dict[str, Any] | None = None
+    # --scenario offline: inferences/s of the backend with its own streams, its 95 % interval
+    # and samples/s at the stated batch, with the stream setting it ran with, and the same
+    # of the in-cell eager under "eager" (derived: compare.results.derived.fill_throughput)
+    throughput: dict[str, Any] | None = None
     warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
     warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
     max_abs_err: float | None = None  # vs eager fp32
@@ -312,9 +316,21 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         prefix = "request" if side == "backend" else "eager_request"
         row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
                     if name != "n"})
+    row.update(throughput_columns(cell.throughput))
     for phase, seconds in cell.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
+
+
+def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
+    """results.csv's columns of an offline cell (none for other scenarios)."""
+    if not throughput:
+        return {}
+    ci, eager = throughput.get("ci") or [None, None], throughput.get("eager") or {}
+    return {"throughput_per_s": throughput.get("per_s"), "throughput_ci_low": ci[0], "throughput_ci_high": ci[1],
+            "samples_per_s": throughput.get("samples_per_s"), "throughput_batch": throughput.get("batch"),
+            "streams": throughput.get("streams"), "requests_in_flight": throughput.get("requests_in_flight"),
+            "eager_throughput_per_s": eager.get("per_s")}
 
 
 def cells_frame(results: RunResults):
