@@ -335,9 +335,9 @@ def plot_throughput(results: RunResults) -> str | None:
         ci = [c.throughput.get("ci") or [r, r] for c, r in zip(mine, rates)]
         errors = [[r - lo for r, (lo, _) in zip(rates, ci)], [hi - r for r, (_, hi) in zip(rates, ci)]]
         bars = ax.bar(range(len(mine)), rates, yerr=errors, capsize=3)
-        for bar, c in zip(bars, mine):
-            ax.annotate(f"{c.throughput.get('streams')} str.", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=6, xytext=(0, 2), textcoords="offset points")
+        for bar, c, (_, high) in zip(bars, mine, ci):  # above the interval's top, not on it
+            ax.annotate(f"{c.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
+                        ha="center", va="bottom", fontsize=6, xytext=(0, 3), textcoords="offset points")
         eager = [c.throughput["eager"]["per_s"] for c in mine if c.backend != "eager"]
         if eager:
             ax.axhline(statistics.median(eager), linestyle="--", linewidth=1, color="grey", label="eager (in-cell)")
