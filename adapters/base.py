@@ -117,6 +117,9 @@ class CompileContext:
     # --dtype int8: the calibration batches (lists of torch tensors, the same for every
     # backend); the adapter hands them to its own quantizer in a ``quantize`` phase.
     calibration: list[list[Any]] | None = None
+    # --scenario: "offline" asks for the backend's own multi-stream setting (a throughput
+    # hint, several sessions) at the same total threads; see ``Compiled.stream_pool``.
+    scenario: str = "back-to-back"
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds, timed by ``phase``
     # Facts an adapter notes while it compiles (its helpers too); it hands them back as
     # ``CompileResult.info``.
@@ -199,6 +202,56 @@ class Compiled(ABC):
         """The same artifact and inputs timed for about ``seconds`` by the backend's own
         benchmark tool; called after timing. ``ProfileUnavailable`` says why there is none."""
         raise ProfileUnavailable(f"{type(self).__name__} has no benchmark tool of its own in dlcompare")
+
+    def stream_pool(self, prepared: Any) -> "StreamPool | None":
+        """--scenario offline: the backend's own way of keeping several requests in flight
+        on ``prepared`` (compiled for it when ``CompileContext.scenario`` is "offline").
+        None: no multi-stream mode in dlcompare for this backend; the worker then issues
+        the requests back to back (``BackToBackPool``) on all the run's threads."""
+        return None
+
+
+@dataclass(frozen=True)
+class StreamSetting:
+    """How a stream pool keeps requests in flight, as recorded in the cell."""
+
+    streams: int  # requests the backend executes at once
+    requests_in_flight: int  # requests submitted and not yet completed, at most
+    threads_per_stream: int | None  # None: the backend shares its threads out itself
+    source: str  # where these numbers come from (a property the backend reported, our choice)
+
+
+class StreamPool(ABC):
+    """--scenario offline: issues requests on one set of prepared inputs with a backend's own
+    concurrency and returns when every one has completed. The worker times ``run_requests``
+    (the runner owns the clock); a pool only issues and waits."""
+
+    @abstractmethod
+    def run_requests(self, requests: int) -> None:
+        """Issue ``requests`` inferences and return once all of them have completed."""
+
+    @abstractmethod
+    def setting(self) -> StreamSetting: ...
+
+
+class BackToBackPool(StreamPool):
+    """One stream: each request issued when the last one returned, on all the threads the
+    compiled artifact was built with (the offline figure of a backend without streams)."""
+
+    def __init__(self, compiled: Compiled, prepared: Any, why: str, threads: int | None = None):
+        self._compiled = compiled
+        self._prepared = prepared
+        self._why = why
+        self._threads = threads  # the run's, all on the one stream (None: not said)
+
+    def run_requests(self, requests: int) -> None:
+        run, prepared = self._compiled.run, self._prepared
+        for _ in range(requests):
+            run(prepared)
+        self._compiled.synchronize()
+
+    def setting(self) -> StreamSetting:
+        return StreamSetting(streams=1, requests_in_flight=1, threads_per_stream=self._threads, source=self._why)
 
 
 class Backend(ABC):

@@ -9,6 +9,12 @@ to the cell's (convert_model leaves them dynamic). Phases: ``convert``, ``compil
 ``first_call``. ``--cache warm`` keeps the converted IR in the store and compiles it with
 OpenVINO's own model cache (``CACHE_DIR``): a hit is what the compiled model reports as
 ``LOADED_FROM_CACHE``.
+
+``--scenario offline`` compiles with the THROUGHPUT hint instead (OpenVINO's throughput
+guide: the hint picks the streams for this model and device, ``INFERENCE_NUM_THREADS``
+still caps the threads at the run's) and issues requests through an ``AsyncInferQueue``
+of the compiled model's ``OPTIMAL_NUMBER_OF_INFER_REQUESTS``; the streams recorded are
+the compiled model's own ``NUM_STREAMS``.
 """
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ from .base import (
     Compiled,
     CompileResult,
     DelegatingSession,
+    StreamPool,
+    StreamSetting,
     has_vnni,
     option,
 )
@@ -50,8 +58,9 @@ PRECISION_HINTS = {"fp32": ("f32", "FP32"), "bf16": ("bf16", "BF16"), "fp16": ("
 class OpenVinoCompiled(Compiled):
     """One infer request, its inputs set once outside the timer; ``run`` is ``infer()``."""
 
-    def __init__(self, compiled_model, out_dtype, profiling_model=None, tool_args=None):
+    def __init__(self, compiled_model, out_dtype, profiling_model=None, tool_args=None, offline: bool = False):
         self._compiled = compiled_model
+        self._offline = offline  # compiled for --scenario offline: requests go through an AsyncInferQueue
         self._request = compiled_model.create_infer_request()
         self._outputs = len(compiled_model.outputs)
         self._out_dtype = out_dtype  # the cell's precision: reduced cells compute at the hint, fp32 at the edges
@@ -77,6 +86,9 @@ class OpenVinoCompiled(Compiled):
 
         return [torch.from_numpy(outputs.get_output_tensor(i).data.copy()).to(self._out_dtype)
                 for i in range(self._outputs)]
+
+    def stream_pool(self, prepared: Any) -> StreamPool | None:
+        return OpenVinoStreamPool(self._compiled, prepared) if self._offline else None
 
     def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:
         from .libraries import from_openvino_layers
@@ -111,6 +123,34 @@ class OpenVinoCompiled(Compiled):
         return KernelProfile("openvino performance counters (PERF_COUNT)", calls, wall, kernels,
                              note="layers as the CPU plugin ran them after its fusions (Subgraph: its Snippets-"
                                   "generated fused kernels); exec_type names the kernel")
+
+
+class OpenVinoStreamPool(StreamPool):
+    """OpenVINO's throughput application design: an ``AsyncInferQueue`` of as many infer
+    requests as the compiled model says is optimal (``OPTIMAL_NUMBER_OF_INFER_REQUESTS``),
+    each bound to the same inputs; its streams run them in parallel."""
+
+    def __init__(self, compiled_model, arrays: Any):
+        import openvino as ov
+
+        self._in_flight = int(compiled_model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        self._streams = int(plain_property(compiled_model.get_property("NUM_STREAMS")))
+        self._hint = plain_property(compiled_model.get_property("PERFORMANCE_HINT"))
+        self._threads = int(compiled_model.get_property("INFERENCE_NUM_THREADS"))
+        self._queue = ov.AsyncInferQueue(compiled_model, self._in_flight)
+        for index in range(len(self._queue)):
+            set_inputs(self._queue[index], arrays)
+
+    def run_requests(self, requests: int) -> None:
+        for _ in range(requests):
+            self._queue.start_async()  # waits for an idle request when all are busy
+        self._queue.wait_all()
+
+    def setting(self) -> StreamSetting:
+        return StreamSetting(streams=self._streams, requests_in_flight=self._in_flight, threads_per_stream=None,
+                             source=f"OpenVINO's own NUM_STREAMS and OPTIMAL_NUMBER_OF_INFER_REQUESTS under "
+                                    f"PERFORMANCE_HINT={self._hint}; it shares INFERENCE_NUM_THREADS="
+                                    f"{self._threads} over its streams itself")
 
 
 def benchmark_app(args: list[str]) -> CrossCheck:
@@ -176,6 +216,10 @@ class OpenVinoOptions(BackendOptions):
     openvino_pinning: str = option("default", "ENABLE_CPU_PINNING: 'default' leaves OpenVINO's (it pins its "
                                    "threads), 'on' or 'off' sets it", flag="openvino-pinning",
                                    choices=("default", "on", "off"))
+    openvino_offline_hint: str = option("throughput", "--scenario offline: PERFORMANCE_HINT to compile with "
+                                        "('throughput', OpenVINO's advice, picks its streams; 'latency': one "
+                                        "stream, for an A/B)", flag="openvino-offline-hint",
+                                        choices=("throughput", "latency"))
 
 
 class OpenVinoBackend(Backend):
@@ -199,9 +243,19 @@ class OpenVinoBackend(Backend):
         # its pinning is unchanged (2 threads pinned while it runs, with or without it).
         return {"TBB_ENABLE_SANITIZERS": "1"}
 
+    # --scenario offline: this backend's requests go through an AsyncInferQueue (not openvino-dynamo's)
+    offline_streams = True
+
+    def offline(self, ctx: CompileContext) -> bool:
+        return self.offline_streams and ctx.scenario == "offline"
+
     def config(self, ctx: CompileContext, dtype: str) -> dict[str, Any]:
         pinning = getattr(ctx.options, "openvino_pinning", "default")
-        return {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": ctx.threads,
+        hint = getattr(ctx.options, "openvino_offline_hint", "throughput") if self.offline(ctx) else "latency"
+        # THROUGHPUT leaves NUM_STREAMS to the hint (the guide: the hint sizes the streams to
+        # the model); LATENCY is one stream.
+        streams = {} if hint == "throughput" else {"NUM_STREAMS": 1}
+        return {"PERFORMANCE_HINT": hint.upper(), **streams, "INFERENCE_NUM_THREADS": ctx.threads,
                 "INFERENCE_PRECISION_HINT": PRECISION_HINTS[dtype][0],
                 **({"ENABLE_CPU_PINNING": pinning == "on"} if pinning != "default" else {})}
 
@@ -252,7 +306,8 @@ class OpenVinoBackend(Backend):
                 ov.save_model(model, str(path), compress_to_fp16=False)
             return tool_arguments(path, config, compiled)
 
-        return CompileResult(OpenVinoCompiled(compiled, out_dtype, twin, tool_args), cache=verdict, info=ctx.info)
+        return CompileResult(OpenVinoCompiled(compiled, out_dtype, twin, tool_args, offline=self.offline(ctx)),
+                             cache=verdict, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":
@@ -288,8 +343,8 @@ class OpenVinoBackend(Backend):
     @staticmethod
     def _observed(compiled) -> dict[str, Any]:
         """What the compiled model says it runs with (OpenVINO's own properties)."""
-        names = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT",
-                 "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING", "SCHEDULING_CORE_TYPE", "EXECUTION_MODE_HINT")
+        names = ("PERFORMANCE_HINT", "NUM_STREAMS", "OPTIMAL_NUMBER_OF_INFER_REQUESTS", "INFERENCE_NUM_THREADS",
+                 "INFERENCE_PRECISION_HINT", "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING", "SCHEDULING_CORE_TYPE", "EXECUTION_MODE_HINT")
         observed = {}
         for name in names:
             with contextlib.suppress(Exception):  # a property this version does not have
@@ -400,6 +455,7 @@ class OpenVinoDynamoBackend(OpenVinoBackend):
 
     name = "openvino-dynamo"
     rank = 26
+    offline_streams = False  # torch.compile's callable: one call at a time, no infer requests of its own
     quantizes = False
     int8_unavailable = ("NNCF quantizes an OpenVINO model or a torch.fx graph before compilation; the torch.compile "
                         "backend takes the fp32 module, and dlcompare measures int8 OpenVINO through `openvino`")

@@ -4,6 +4,12 @@ Phases: ``export`` (torch -> .onnx), ``session`` (graph optimization and
 kernel selection inside InferenceSession creation), ``first_call``. With
 ``--cache warm`` the optimized model is saved under the store and a later run
 loads it with graph optimizations off (export 0, a cheaper session).
+
+``--scenario offline`` builds S sessions of the same model (S = ``--ort-offline-streams``,
+default the run's threads), the run's threads split over their intra-op pools, and keeps
+one request in flight on each from its own Python thread (ORT's ``run`` releases the GIL
+and its threading guide sizes intra-op threads per session): several streams at the same
+total threads.
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ from .base import (
     Compiled,
     CompileResult,
     DelegatingSession,
+    StreamPool,
+    StreamSetting,
     export_dynamic_shapes,
     has_vnni,
     option,
@@ -39,8 +47,11 @@ OPTIMIZED = "optimized.onnx"
 
 
 class OrtCompiled(Compiled):
-    def __init__(self, session, input_names: list[str], profiling_session=None, op_types: frozenset[str] = frozenset()):
+    def __init__(self, session, input_names: list[str], profiling_session=None, op_types: frozenset[str] = frozenset(),
+                 stream_sessions: list | None = None):
         self._session = session
+        # --scenario offline: every stream's session, this one first (None: not built for it)
+        self._stream_sessions = stream_sessions
         self._op_types = op_types  # the ONNX graph's op types (its local functions' too)
         self._input_names = input_names
         self._run = session.run
@@ -63,6 +74,9 @@ class OrtCompiled(Compiled):
     def crosscheck(self, prepared: Any, seconds: float) -> CrossCheck:
         return ort_benchmark_helper(self._session, prepared, seconds)
 
+    def stream_pool(self, prepared: Any) -> StreamPool | None:
+        return OrtStreamPool(self._stream_sessions, prepared) if self._stream_sessions else None
+
     def prepare(self, inputs: Sequence[Any]) -> Any:
         # Numpy views of the (CPU) tensors: no copy per call, built once outside the timer.
         return {name: t.detach().cpu().numpy() for name, t in zip(self._input_names, inputs)}
@@ -74,6 +88,42 @@ class OrtCompiled(Compiled):
         import torch
 
         return [torch.from_numpy(o) for o in outputs]
+
+
+class OrtStreamPool(StreamPool):
+    """One Python thread per session, each with one request in flight, taking the next
+    request as soon as its last one returned, until ``requests`` have run."""
+
+    def __init__(self, sessions: list, feed: Any):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._sessions = sessions
+        self._feed = feed
+        self._threads = [s.get_session_options().intra_op_num_threads for s in sessions]
+        self._executor = ThreadPoolExecutor(max_workers=len(sessions), thread_name_prefix="ort-stream")
+
+    def run_requests(self, requests: int) -> None:
+        import threading
+
+        left, lock = [requests], threading.Lock()
+
+        def stream(run) -> None:
+            while True:
+                with lock:
+                    if left[0] == 0:
+                        return
+                    left[0] -= 1
+                run(None, self._feed)
+
+        for future in [self._executor.submit(stream, s.run) for s in self._sessions]:
+            future.result()
+
+    def setting(self) -> StreamSetting:
+        threads = self._threads[0] if len(set(self._threads)) == 1 else None
+        return StreamSetting(streams=len(self._sessions), requests_in_flight=len(self._sessions),
+                             threads_per_stream=threads,
+                             source=f"dlcompare's choice: {len(self._sessions)} ORT sessions with intra_op_num_threads "
+                                    f"{'+'.join(map(str, self._threads))}, one Python thread each")
 
 
 class OrtCudaCompiled(OrtCompiled):
@@ -127,6 +177,9 @@ class OrtOptions(BackendOptions):
     ort_spinning: bool = option(False, "session.intra_op.allow_spinning: ORT's default is on; off here (default) "
                                 "because its spinning pool slowed eager, timed alternately, 2-3x on 2 cores",
                                 flag="ort-spinning", kind="switch")
+    ort_offline_streams: int = option(0, "--scenario offline: ORT sessions run in parallel, the threads split "
+                                      "over them (default 0: one per thread)", flag="ort-offline-streams",
+                                      metavar="S")
 
 
 class OrtBackend(Backend):
@@ -144,7 +197,7 @@ class OrtBackend(Backend):
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         spinning = getattr(ctx.options, "ort_spinning", False)
-        return {**session_config(ctx), "enable_cpu_mem_arena": True, "providers": self.providers(ctx),
+        return {**session_config(ctx), **offline_sessions(ctx), "enable_cpu_mem_arena": True, "providers": self.providers(ctx),
                 "onnx_opset": ctx.options.onnx_opset, "exporter": "torch.onnx.export(dynamo=True)",
                 **({} if spinning else {"guide_deviation": SPINNING_DEVIATION}),
                 **({"quantizer": quantize_settings()} if ctx.calibration else {})}
@@ -176,7 +229,8 @@ class OrtBackend(Backend):
         with artifacts.locked(folder) if warm else contextlib.nullcontext():
             optimized = folder / OPTIMIZED
             hit = warm and artifacts.is_valid(folder, expected)
-            options = self._session_options(ort, ctx)
+            threads = stream_threads(ctx)
+            options = self._session_options(ort, ctx, threads[0])
             if hit:
                 # The stored model is already optimized for this CPU: load it as is.
                 ctx.phases["export"] = 0.0
@@ -191,6 +245,7 @@ class OrtBackend(Backend):
                     options.optimized_model_filepath = str(optimized)
             with ctx.phase("session"):
                 session = ort.InferenceSession(str(model_path), sess_options=options, providers=self.providers(ctx))
+                streams = self._stream_sessions(ort, ctx, session, model_path, threads, hit)
             if warm and not hit:
                 artifacts.write_meta(folder, [OPTIMIZED], expected)
         cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit) if warm else {})
@@ -206,7 +261,8 @@ class OrtBackend(Backend):
         if ctx.calibration is not None:  # untimed: a second session that writes its optimized graph
             ctx.info["int8_ops"] = int8_op_counts(ort, model_path, self._session_options(ort, ctx), ctx, hit)
         compiled = (OrtCudaCompiled if ctx.device == "cuda" else OrtCompiled)(
-            session, input_names, lambda: self._profiling_session(ort, model_path, options, ctx), onnx_op_types(model_path))
+            session, input_names, lambda: self._profiling_session(ort, model_path, options, ctx), onnx_op_types(model_path),
+            stream_sessions=streams)
         return CompileResult(compiled, cache=cache, info=ctx.info)
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
@@ -240,6 +296,20 @@ class OrtBackend(Backend):
                 )
         ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
 
+    def _stream_sessions(self, ort, ctx: CompileContext, first, model_path, threads: list[int], hit: bool):
+        """--scenario offline: ``first`` and one more session per further stream, each with
+        its share of the threads (a stored, optimized model loads unoptimized, as ``first``
+        did); None outside the offline scenario."""
+        if ctx.scenario != "offline" or ctx.device != "cpu":
+            return None
+        sessions = [first]
+        for count in threads[1:]:
+            options = self._session_options(ort, ctx, count)
+            if hit:
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            sessions.append(ort.InferenceSession(str(model_path), sess_options=options, providers=self.providers(ctx)))
+        return sessions
+
     def _profiling_session(self, ort, model_path, options, ctx: CompileContext):
         """The same model and options, with ORT's own profiler on (never the timed session)."""
         options.enable_profiling = True
@@ -248,10 +318,10 @@ class OrtBackend(Backend):
         return ort.InferenceSession(str(model_path), sess_options=options, providers=self.providers(ctx))
 
     @staticmethod
-    def _session_options(ort, ctx: CompileContext):
+    def _session_options(ort, ctx: CompileContext, threads: int | None = None):
         """``session_config`` applied to ORT's SessionOptions: what is recorded is what runs."""
         options = ort.SessionOptions()
-        for name, value in session_config(ctx).items():
+        for name, value in session_config(ctx, threads).items():
             if name.startswith("session."):
                 options.add_session_config_entry(name, value)
             elif name == "execution_mode":
@@ -263,14 +333,33 @@ class OrtBackend(Backend):
         return options
 
 
-def session_config(ctx: CompileContext) -> dict[str, Any]:
+def stream_threads(ctx: CompileContext) -> list[int]:
+    """Each session's intra-op threads: all the run's for one session; offline (CPU), the
+    run's threads split over ``--ort-offline-streams`` sessions (default one per thread)."""
+    if ctx.scenario != "offline" or ctx.device != "cpu":
+        return [ctx.threads]
+    streams = min(getattr(ctx.options, "ort_offline_streams", 0) or ctx.threads, ctx.threads)
+    share, extra = divmod(ctx.threads, streams)
+    return [share + (1 if i < extra else 0) for i in range(streams)]
+
+
+def offline_sessions(ctx: CompileContext) -> dict[str, Any]:
+    """The sessions' settings, recorded, where the offline scenario splits the threads."""
+    threads = stream_threads(ctx)
+    if ctx.scenario != "offline" or ctx.device != "cpu":
+        return {}
+    return {"offline_sessions": len(threads), "intra_op_num_threads": "+".join(map(str, threads)),
+            "offline_driver": "one Python thread per session, one request in flight on each"}
+
+
+def session_config(ctx: CompileContext, threads: int | None = None) -> dict[str, Any]:
     """ORT's performance guide: ORT_ENABLE_ALL graph optimizations, intra-op threads = the
     cores to use, sequential execution for a single-stream graph. Spinning is the one
     setting changed from ORT's default: its pool spins after each run, and timed alternately
     with eager on few cores the spinning threads stole eager's cores (eager 1.7-3x slower
     than alone) while buying ORT nothing measurable (docs/results); --ort-spinning on restores it."""
     spinning = getattr(ctx.options, "ort_spinning", False)
-    return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": ctx.threads,
+    return {"graph_optimization_level": "ORT_ENABLE_ALL", "intra_op_num_threads": threads or ctx.threads,
             "inter_op_num_threads": 1, "execution_mode": "ORT_SEQUENTIAL",
             "session.intra_op.allow_spinning": "1" if spinning else "0"}
 

@@ -136,7 +136,7 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
 
 
-SCENARIOS = ("back-to-back", "single-stream")
+SCENARIOS = ("back-to-back", "single-stream", "offline")
 
 
 def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
@@ -150,7 +150,9 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
     parser.add_argument("--scenario", choices=SCENARIOS, default="back-to-back",
                         help="back-to-back: each sample averages calls made one after another, the median of "
                              "samples is the latency (default); single-stream: every request timed on its own, "
-                             "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request")
+                             "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request; offline: throughput on all "
+                             "the threads, each backend with its own streams where dlcompare has them (OpenVINO's "
+                             "THROUGHPUT hint, ORT sessions in parallel), else back to back")
     parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
                         help="one untimed call before each timed sample, so that no sample pays for what the "
                              "other callable left behind (default on; off: the method before 2026-11)")

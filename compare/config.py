@@ -107,13 +107,16 @@ SINGLE_STREAM_REQUESTS = 1000
 def _timing(args: argparse.Namespace) -> dict:
     """The TimingConfig fields the command line sets. Single-stream times one request per
     sample, with no untimed call between requests, until the cell has at least
-    SINGLE_STREAM_REQUESTS (and its time budget is spent)."""
+    SINGLE_STREAM_REQUESTS (and its time budget is spent). Offline times calls of a stream
+    pool (many requests each), with no untimed call between them."""
     timing = {"budget_s": args.time_budget, "min_samples": args.min_samples,
               "sample_warmup": args.sample_warmup == "on"}
     if getattr(args, "scenario", "back-to-back") == "single-stream":
         per_process = -(-SINGLE_STREAM_REQUESTS // args.processes)
         timing.update(per_request=True, sample_warmup=False, min_samples=max(args.min_samples, per_process),
                       max_samples=100 * SINGLE_STREAM_REQUESTS)
+    if getattr(args, "scenario", "back-to-back") == "offline":
+        timing.update(offline=True, sample_warmup=False)
     return timing
 
 

@@ -88,7 +88,8 @@ class RunConfig:
     affinity: list[int] | None = None  # --affinity: the CPUs every worker is pinned to
     # How calls are issued (--scenario): "back-to-back" (each sample averages calls made one
     # after another; the median of samples) or "single-stream" (MLPerf's SingleStream: one
-    # request per sample, each after the last returned; per-request percentiles).
+    # request per sample, each after the last returned; per-request percentiles) or
+    # "offline" (MLPerf's Offline: throughput with each backend's own streams).
     scenario: str = "back-to-back"
 
     def to_dict(self) -> dict[str, Any]:

@@ -147,6 +147,16 @@ def speedup_and_break_even(ref: LatencyStats, cand: LatencyStats, paid_s: float 
     return speedup, [float(x) for x in np.percentile(paid_s / ((ra - rb) / 1e3), quantiles)]
 
 
+def throughput_interval(stats: LatencyStats, groups: Sequence[int] | None = None, block: int = 1) -> list[float]:
+    """95% interval of inferences per second, 1000 / the median of ms per inference, its
+    samples resampled as the speedup's are (processes, then blocks of rounds)."""
+    if len(stats.samples) < 2:
+        return [1e3 / stats.median] * 2
+    medians, _ = hierarchical_resample_medians(stats.samples, stats.samples, groups, block)
+    low_ms, high_ms = np.percentile(medians, [100 * INTERVAL_TAIL, 100 * (1 - INTERVAL_TAIL)])
+    return [float(1e3 / high_ms), float(1e3 / low_ms)]
+
+
 def speedup_interval(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None,
                      block: int = 1) -> list[float]:
     """95% interval of median(ref) / median(cand) (see ``speedup_and_break_even``)."""

@@ -36,6 +36,11 @@ class TimingConfig:
     # per-request latencies whose tail (p99, p99.9) the scenario reports. The stopping rule
     # then ignores the median's precision: a tail needs a count, not a precise median.
     per_request: bool = False
+    # The offline scenario (MLPerf's Offline): every sample is one call of a stream pool that
+    # issues many requests and returns when all completed (``Timed.requests`` of them, sized
+    # to last about ``OFFLINE_SAMPLE_S``); a sample is then seconds per inference at full
+    # throughput. No untimed call between samples (the pool's own drain is its warm-up).
+    offline: bool = False
 
 
 def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable[[], None],
@@ -75,11 +80,16 @@ def calibrate(single_call_s: float, min_sample_s: float) -> int:
     return max(1, math.ceil(min_sample_s / max(single_call_s, 1e-9)))
 
 
+# Offline: each sample's requests last about this long (a pool's start and drain amortized).
+OFFLINE_SAMPLE_S = 0.2
+
+
 @dataclass
 class Timed:
     run: Callable[[Any], Any]
     arg: Any
     sync: Callable[[], None]
+    requests: int = 1  # inferences one call of ``run`` issues (offline: a stream pool's batch of requests)
 
 
 class AlternatingSampler:
@@ -96,7 +106,8 @@ class AlternatingSampler:
         self.config = config
         self.single_s = [warm_up(c.run, c.arg, c.sync, config.warmup_s) for c in self.candidates]
         sample_s = sample_seconds(self.single_s, config)
-        self.numbers = [1 if config.per_request else calibrate(single, sample_s) for single in self.single_s]
+        one_call = config.per_request or config.offline
+        self.numbers = [1 if one_call else calibrate(single, sample_s) for single in self.single_s]
         self.samples: list[list[float]] = [[] for _ in self.candidates]
         self.rounds = 0
         self.sampling_s = 0.0  # time spent in take_rounds, the budget's clock
@@ -107,14 +118,16 @@ class AlternatingSampler:
         for _ in range(count):
             for i in (order if self.rounds % 2 == 0 else order[::-1]):
                 c = self.candidates[i]
-                self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync, warm=self.warm_calls))
+                self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync,
+                                                   warm=self.warm_calls) / c.requests)
             self.rounds += 1
         self.sampling_s += time.perf_counter() - start
 
     @property
     def warm_calls(self) -> bool:
-        """An untimed call before each sample; never between a single stream's requests."""
-        return self.config.sample_warmup and not self.config.per_request
+        """An untimed call before each sample; never between a single stream's requests, nor
+        between offline samples (each already lasts ``OFFLINE_SAMPLE_S``)."""
+        return self.config.sample_warmup and not (self.config.per_request or self.config.offline)
 
     def precise(self) -> bool:
         if self.config.per_request:
@@ -137,7 +150,8 @@ class AlternatingSampler:
         return sum((n + extra) * single for n, single in zip(self.numbers, self.single_s))
 
     def stats(self) -> list[LatencyStats]:
-        return [summarize(s, n) for s, n in zip(self.samples, self.numbers)]
+        """Per inference; ``number`` counts the inferences averaged into each sample."""
+        return [summarize(s, n * c.requests) for s, n, c in zip(self.samples, self.numbers, self.candidates)]
 
 
 def time_alternating(candidates: Sequence[Timed], config: TimingConfig) -> list[LatencyStats]:

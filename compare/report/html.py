@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
 from compare.report.text import (
     REQUEST_NOTE,
     SUMMARY_COLUMNS,
+    THROUGHPUT_NOTE,
     backend_class,
     conditions_line,
     environment_line,
@@ -25,6 +27,7 @@ from compare.report.text import (
     reference_line,
     request_rows,
     summary_rows,
+    throughput_rows,
 )
 from compare.results.schema import RunResults, atomic_write_text
 
@@ -317,9 +320,39 @@ def plot_request_latency(results: RunResults) -> str | None:
     return _finish_panels(fig, axes, len(workloads), "Per-request latency, single-stream (CDF)")
 
 
+def plot_throughput(results: RunResults) -> str | None:
+    """Offline: inferences/s per backend with its 95% interval, one panel per workload; each
+    bar says its streams, and eager's figure from the same workers is the dashed line."""
+    cells = [c for c in _ok_cells(results) if c.throughput]
+    if not cells:
+        return None
+    plt = _plt()
+    workloads = list(dict.fromkeys(c.label for c in cells))
+    fig, axes = _panel_grid(plt, len(workloads))
+    for ax, w in zip(axes, workloads):
+        mine = [c for c in cells if c.label == w]
+        rates = [c.throughput["per_s"] for c in mine]
+        ci = [c.throughput.get("ci") or [r, r] for c, r in zip(mine, rates)]
+        errors = [[r - lo for r, (lo, _) in zip(rates, ci)], [hi - r for r, (_, hi) in zip(rates, ci)]]
+        bars = ax.bar(range(len(mine)), rates, yerr=errors, capsize=3)
+        for bar, c, (_, high) in zip(bars, mine, ci):  # above the interval's top, not on it
+            ax.annotate(f"{c.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
+                        ha="center", va="bottom", fontsize=6, xytext=(0, 3), textcoords="offset points")
+        eager = [c.throughput["eager"]["per_s"] for c in mine if c.backend != "eager"]
+        if eager:
+            ax.axhline(statistics.median(eager), linestyle="--", linewidth=1, color="grey", label="eager (in-cell)")
+            ax.legend(fontsize=6)
+        ax.set_xticks(range(len(mine)), [c.backend for c in mine], fontsize=7, rotation=30)
+        batch = mine[0].throughput.get("batch")
+        ax.set_ylabel("inferences/s" + (f" (batch {batch})" if batch else ""))
+        ax.set_title(w, fontsize=9)
+    return _finish_panels(fig, axes, len(workloads), "Throughput, offline (each backend's own streams; 95% CI)")
+
+
 PLOTS = [
     ("Speedup vs eager", plot_speedups),
     ("Per-request latency", plot_request_latency),
+    ("Throughput (offline)", plot_throughput),
     ("Batch scaling", plot_batch_scaling),
     ("Compile time by phase", plot_compile_phases),
     ("Amortization", plot_amortization),
@@ -362,6 +395,8 @@ def render_html(results: RunResults) -> str:
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
         request_table=pd.DataFrame(requests).to_html(index=False, escape=True) if (requests := request_rows(results)) else None,
         request_note=REQUEST_NOTE,
+        throughput_table=pd.DataFrame(tp).to_html(index=False, escape=True) if (tp := throughput_rows(results)) else None,
+        throughput_note=THROUGHPUT_NOTE,
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
         else None, calibration_line=calibration_line(results),
         explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,

@@ -235,10 +235,21 @@ def conditions_line(results: RunResults) -> str:
     affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
-            f"thread spin {cfg.get('thread_spin', 'default')}; scenario {cfg.get('scenario', 'back-to-back')}; "
+            f"thread spin {cfg.get('thread_spin', 'default')}; scenario {scenario_text(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
             f"{backend_conditions(results)}{pinning_text(results)}")
+
+
+def scenario_text(cfg: dict[str, Any]) -> str:
+    """The scenario with its parameters, as the header states it."""
+    scenario = cfg.get("scenario", "back-to-back")
+    if scenario == "offline":
+        return ("offline (throughput on all the threads: each backend's own streams where dlcompare has them, "
+                "else back to back; samples of requests lasting about 0.2 s, alternated with eager's)")
+    if scenario == "single-stream":
+        return f"single-stream (one request per sample, at least {cfg.get('timing', {}).get('min_samples', '?')} per process)"
+    return scenario
 
 
 def backend_conditions(results: RunResults) -> str:
@@ -385,6 +396,37 @@ DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token
                "latency is one generation.")
 
 
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
+    """Offline: per cell, inferences/s with its interval, samples/s at the batch, the
+    streams and requests in flight the backend ran with, eager's inferences/s beside it."""
+    rows = []
+    for cell in results.cells:
+        tp = cell.throughput
+        if not tp:
+            continue
+        ci = tp.get("ci") or [None, None]
+        threads = tp.get("threads_per_stream")
+        rows.append({"workload": cell.label, "backend": cell.backend, "batch": tp.get("batch") or "-",
+                     "inferences/s": _rate(tp.get("per_s")), "95% CI": f"{_rate(ci[0])}-{_rate(ci[1])}",
+                     "samples/s": _rate(tp.get("samples_per_s")), "streams": tp.get("streams"),
+                     "in flight": tp.get("requests_in_flight"), "threads/stream": threads or "-",
+                     "eager inferences/s": _rate((tp.get("eager") or {}).get("per_s")),
+                     "x eager": f"{cell.speedup:.2f}" if cell.speedup else "-", "how": tp.get("source", "")})
+    return rows
+
+
+THROUGHPUT_NOTE = ("Offline (MLPerf's Offline): each sample issues enough requests to last about 0.2 s through the "
+                   "backend's own stream pool and ends when all completed; inferences/s = 1000 / the median ms per "
+                   "inference (the main table's latency in this scenario), its 95% interval resampled as the "
+                   "speedup's. Eager runs back to back on all threads, alternated in the same workers, so "
+                   "'x eager' is the throughput ratio. samples/s = inferences/s x the batch. A backend without a "
+                   "multi-stream mode in dlcompare runs back to back (streams 1, said in 'how').")
+
+
 def summary_markdown(results: RunResults) -> str:
     frame = pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS)
     lines = [
@@ -426,6 +468,10 @@ def summary_markdown(results: RunResults) -> str:
     decodes = decode_rows(results)
     if decodes:
         lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
+    throughput = throughput_rows(results)
+    if throughput:
+        lines += ["", "## Throughput (offline)", "", pd.DataFrame(throughput).to_markdown(index=False),
+                  "", THROUGHPUT_NOTE]
     lines += int8_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
@@ -472,8 +518,10 @@ def rich_geomean_table(results: RunResults):
 
 
 def rich_extra_tables(results: RunResults) -> list:
-    """The tables printed below the cells: geometric means, per-request latency."""
+    """The tables printed below the cells: geometric means, per-request latency, decode, throughput."""
     geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
+    throughput = throughput_rows(results)
     return ([geo] if geo is not None else []) + (
         [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
-        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else [])
+        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
+        [_rich_rows_table("throughput (offline)", throughput)] if throughput else [])

@@ -69,6 +69,10 @@ class Cell:
     # step_ms}}; derived: ttft_ms, tpot_ms {p50, p99, n}, tokens_per_s, and eager's as "eager".
     # The cell's latency is then one whole generation.
     decode: dict[str, Any] | None = None
+    # --scenario offline: inferences/s of the backend with its own streams, its 95 % interval
+    # and samples/s at the stated batch, with the stream setting it ran with, and the same
+    # of the in-cell eager under "eager" (derived: compare.results.derived.fill_throughput)
+    throughput: dict[str, Any] | None = None
     warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
     warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
     max_abs_err: float | None = None  # vs eager fp32
@@ -319,6 +323,7 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
                     if name != "n"})
     row.update(decode_columns(cell.decode))
+    row.update(throughput_columns(cell.throughput))
     for phase, seconds in cell.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
@@ -335,6 +340,17 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
         row.update({f"{prefix}_ttft_ms": side.get("ttft_ms"), f"{prefix}_tpot_p50_ms": tpot.get("p50"),
                     f"{prefix}_tpot_p99_ms": tpot.get("p99"), f"{prefix}_tokens_per_s": side.get("tokens_per_s")})
     return row
+
+
+def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
+    """results.csv's columns of an offline cell (none for other scenarios)."""
+    if not throughput:
+        return {}
+    ci, eager = throughput.get("ci") or [None, None], throughput.get("eager") or {}
+    return {"throughput_per_s": throughput.get("per_s"), "throughput_ci_low": ci[0], "throughput_ci_high": ci[1],
+            "samples_per_s": throughput.get("samples_per_s"), "throughput_batch": throughput.get("batch"),
+            "streams": throughput.get("streams"), "requests_in_flight": throughput.get("requests_in_flight"),
+            "eager_throughput_per_s": eager.get("per_s")}
 
 
 def cells_frame(results: RunResults):

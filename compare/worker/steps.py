@@ -153,6 +153,7 @@ def prepare_worker(spec: CellSpec):
         store_root=Path(spec.store_root) if spec.store_root else None,
         options=backend.typed_options(spec.options),
         seed=spec.seed,
+        scenario=scenario_of(spec),
         on_phase=lambda name: emit(phase=name),
     )
     # Before torch is imported: cache folders and thread pools read the environment once.
@@ -166,6 +167,13 @@ def prepare_worker(spec: CellSpec):
     torch.set_num_threads(spec.threads)
     torch.set_float32_matmul_precision("highest")
     return backend, ctx, torch_import_s
+
+
+def scenario_of(spec: CellSpec) -> str:
+    """The run's --scenario, as the spec's timing carries it (the adapter may compile for it)."""
+    if spec.timing.offline:
+        return "offline"
+    return "single-stream" if spec.timing.per_request else "back-to-back"
 
 
 def cast_floating(tensor, dtype):
@@ -439,31 +447,85 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
     """Eager and the backend alternately in this process (eager alone in eager's own cell),
     in one go, or in slices the parent asks for (``spec.interleave``). An int8 cell also
     times fp32 eager in the same rounds (``fp32_eager_latency``): its speedup over fp32
-    eager comes from the same alternated pairs as the one over int8 eager."""
+    eager comes from the same alternated pairs as the one over int8 eager. Offline, each
+    side is timed through a stream pool (``offline_timed``); what each pool ran with is
+    returned as ``offline``, by side."""
     from adapters.eager import TorchCompiled
-    from compare.measure.timing import AlternatingSampler, Timed
 
-    def eager_timed(model):
+    def eager_side(model):
         eager = TorchCompiled(model, spec.device)
-        return Timed(eager.run, eager.prepare(setup.inputs), eager.synchronize)
+        return eager, eager.prepare(setup.inputs)
 
-    candidates = [Timed(compiled.run, prepared, compiled.synchronize)]
+    # the order: [int8 eager (not in eager's own cell)], [fp32 eager (int8 cells)], the backend
+    sides = {"backend": (compiled, prepared)}
     if setup.fp32_model is not None:
-        candidates.insert(0, eager_timed(setup.fp32_model))
+        sides = {"fp32_eager": eager_side(setup.fp32_model), **sides}
     if spec.backend != "eager":
-        candidates.insert(0, eager_timed(setup.reference_model))
-    sampler = AlternatingSampler(candidates, spec.timing)
+        sides = {"eager": eager_side(setup.reference_model), **sides}
+    sampler, offline = _sampler(sides, spec)
     if spec.interleave:
         take_slices(sampler)
     else:
         while not sampler.done():
             sampler.take_rounds(1)
-    stats = sampler.stats()
-    # the order: [int8 eager (not in eager's own cell)], [fp32 eager (int8 cells)], the backend
-    eager_stats = stats[-1] if spec.backend == "eager" else stats[0]
-    fp32_stats = stats[-2] if setup.fp32_model is not None else None
-    return {"latency": stats[-1], "eager_latency": eager_stats, "fp32_eager_latency": fp32_stats,
-            "round_s": sampler.round_s()}
+    stats = dict(zip(sides, sampler.stats()))
+    return {"latency": stats["backend"], "eager_latency": stats.get("eager", stats["backend"]),
+            "fp32_eager_latency": stats.get("fp32_eager"), "round_s": sampler.round_s(), "offline": offline}
+
+
+def _sampler(sides: dict[str, tuple[Any, Any]], spec: CellSpec):
+    """The alternating sampler over each side's calls (offline: its stream pool's), and the
+    stream settings each side ran with (None unless offline)."""
+    from compare.measure.timing import AlternatingSampler, Timed
+
+    if not spec.timing.offline:
+        candidates = [Timed(c.run, p, c.synchronize) for c, p in sides.values()]
+        return AlternatingSampler(candidates, spec.timing), None
+    timed, settings = {}, {}
+    for name, (c, p) in sides.items():
+        timed[name], settings[name] = offline_timed(c, p, own=name == "backend" and spec.backend != "eager",
+                                                    spec=spec)
+    return AlternatingSampler(list(timed.values()), spec.timing), settings
+
+
+def offline_timed(compiled, prepared, own: bool, spec: CellSpec):
+    """Offline: the backend's own stream pool (``own``; eager's side never has one), else
+    its requests back to back on all threads, as a ``Timed`` of enough requests per call
+    to last about ``OFFLINE_SAMPLE_S``, with the pool's settings as recorded."""
+    import dataclasses as dc
+
+    from adapters.base import BackToBackPool
+    from compare.measure.timing import Timed
+
+    pool = compiled.stream_pool(prepared) if own else None
+    if pool is None:
+        why = (f"no multi-stream mode in dlcompare for {spec.backend}" if own or spec.backend == "eager"
+               else "the eager reference: back to back on all threads")
+        pool = BackToBackPool(compiled, prepared, why, spec.threads)
+    setting = pool.setting()
+    requests = requests_per_sample(pool, setting.requests_in_flight)
+    return (Timed(pool.run_requests, requests, lambda: None, requests=requests),
+            {**dc.asdict(setting), "requests_per_sample": requests})
+
+
+def requests_per_sample(pool, in_flight: int) -> int:
+    """How many requests one offline sample issues: enough to last ``OFFLINE_SAMPLE_S``, at
+    least twice the requests in flight, a multiple of them (every stream drains as often).
+    Read from doubling batches of requests, which warm the pool up too."""
+    import math
+
+    from compare.measure.timing import OFFLINE_SAMPLE_S
+
+    count = in_flight
+    while True:
+        start = time.perf_counter()
+        pool.run_requests(count)
+        elapsed = time.perf_counter() - start
+        if elapsed >= OFFLINE_SAMPLE_S / 4:
+            break
+        count *= 2
+    wanted = max(2 * in_flight, math.ceil(OFFLINE_SAMPLE_S * count / max(elapsed, 1e-9)))
+    return math.ceil(wanted / in_flight) * in_flight
 
 
 def await_compile() -> None:
@@ -604,6 +666,9 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     numerics = {**check_numerics(compiled, setup, outputs, spec), **count_cell_work(setup, spec)}
     emit(phase="timing")
     timed = time_against_eager(compiled, prepared, setup, spec)
+    offline = timed.pop("offline")
+    if offline:  # at the workload's batch: samples/s is inferences/s times it
+        offline = {"batch": setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch, **offline}
     after = check_after_timing(compiled, prepared, outputs)
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
@@ -632,7 +697,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         crosscheck=crosscheck,
         gemm_library=libraries,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
-        info={**cell_info(result), "thread_pinning": pinning},
+        info={**cell_info(result), "thread_pinning": pinning, **({"offline": offline} if offline else {})},
     )
 
 
