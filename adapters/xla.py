@@ -34,7 +34,7 @@ from .base import (
     target_key,
 )
 from .libraries import merge
-from .profiling import KernelProfile, ProfileUnavailable
+from .profiling import KernelProfile, KernelTime, ProfileUnavailable, categorize, wall_ms_per_call
 
 # XLA:CPU's numerics, stated rather than left to its defaults: no fast math (XLA's default
 # too, here made explicit), fp32 matmuls at full precision like eager's "highest".
@@ -71,8 +71,25 @@ class XlaCompiled(Compiled):
         return hlo_libraries(self._hlo_text) if self._hlo_text else None
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
-        raise ProfileUnavailable("XLA:CPU is not profiled in dlcompare; the cell records its optimized HLO's "
-                                 "fusion and instruction counts instead (info.hlo)")
+        """The thunks XLA:CPU ran (its fusions, library calls, copies), from JAX's own
+        profiler: ``jax.profiler.trace`` writes an XSpace, read back with ProfileData."""
+        import tempfile
+
+        import jax
+
+        with tempfile.TemporaryDirectory() as folder:
+            self.run(prepared)  # the first traced call of a process pays the profiler's start-up
+            with jax.profiler.trace(folder):
+                wall_ms = wall_ms_per_call(self.run, prepared, calls, lambda: None)
+            planes = list(Path(folder).rglob("*.xplane.pb"))
+            if not planes:
+                raise ProfileUnavailable("jax.profiler.trace wrote no XSpace (.xplane.pb)")
+            events = thunk_events(jax.profiler.ProfileData.from_file(str(planes[0])))
+        if not events:
+            raise ProfileUnavailable("JAX's trace holds no XLA:CPU thunk events")
+        return KernelProfile("jax.profiler (XLA:CPU thunk trace)", calls, wall_ms, kernels_per_call(events, calls),
+                             note="one kernel per thunk XLA:CPU ran: its fusions (a __ynn_fusion is a YNNPACK "
+                                  "library call), custom calls and copies; the Python dispatch is left out")
 
 
 class XlaBackend(Backend):
@@ -203,6 +220,38 @@ def xla_pool_threads() -> int | None:
     """XLA's intra-op pool threads alive in this process, by the name XLA gives them."""
     names = process_thread_names()
     return None if names is None else sum(POOL_THREAD_NAME in name for name in names)
+
+
+# Trace events of XLA:CPU's threads that mark, rather than run, a thunk.
+_THUNK_MARKERS = ("end: ", "ThreadpoolListener", "ThunkExecutor")
+
+
+def thunk_events(profile_data) -> list[tuple[str, float]]:
+    """(thunk name, ms) of every thunk that XLA:CPU's client and Eigen threads ran, from
+    the host plane of a JAX XSpace."""
+    events = []
+    for plane in profile_data.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_XLA"):
+                continue
+            events += [(e.name, e.duration_ns / 1e6) for e in line.events if not e.name.startswith(_THUNK_MARKERS)]
+    return events
+
+
+def kernels_per_call(events: list[tuple[str, float]], calls: int) -> tuple[KernelTime, ...]:
+    """The thunk events grouped by name, per model call."""
+    totals: dict[str, list[float]] = {}
+    for name, ms in events:
+        totals.setdefault(name, []).append(ms)
+    return tuple(KernelTime(name, len(times) / calls, sum(times) / calls, thunk_category(name))
+                 for name, times in sorted(totals.items(), key=lambda item: -sum(item[1])))
+
+
+def thunk_category(name: str) -> str:
+    """A library fusion (YNNPACK, XNNPACK, oneDNN) and XLA's own dot thunks are matmul/conv."""
+    if name.startswith(("ynn_", "xnn_", "onednn_")) or name.split(".")[0].split("_")[0] == "dot":
+        return "matmul/conv"
+    return categorize(name)
 
 
 def hlo_counts(hlo_text: str) -> dict[str, int]:

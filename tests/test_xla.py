@@ -11,7 +11,7 @@ needs_xla = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in 
 
 @needs_xla
 def test_xla_small_five_workloads(tmp_path):
-    proc = run_cli("--backends", "xla", "--size", "small", *FAST, "--output-dir", tmp_path)
+    proc = run_cli("--backends", "xla", "--size", "small", "--explain", *FAST, "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "xla"]
     assert len(cells) == 5
@@ -22,6 +22,12 @@ def test_xla_small_five_workloads(tmp_path):
         assert c["info"]["xla_pool_threads_observed"] == c["threads"] == c["settings"]["intra_op_threads"]
         assert c["settings"]["jax_default_matmul_precision"] == "highest" and c["settings"]["jax_enable_x64"] is False
         assert c["info"]["hlo"]["fusions"] >= 1 and c["info"]["hlo"]["entry_instructions"] >= 1
+        # --explain: XLA's thunks from JAX's own profiler, each one per call at most a few times
+        profile = c["profile"]
+        assert profile["instrument"].startswith("jax.profiler") and profile["kernels"], (c["workload"], profile)
+        assert all(k["ms"] > 0 and k["calls"] >= 1 for k in profile["kernels"]), profile["kernels"]
+    mlp_kernels = {k["name"]: k for k in next(c for c in cells if c["workload"] == "mlp")["profile"]["kernels"]}
+    assert any(k["category"] == "matmul/conv" for k in mlp_kernels.values()), mlp_kernels
     libraries = {c["workload"]: c["gemm_library"] for c in cells}
     assert set(libraries["mlp"]) == {"gemm"} and set(libraries["conv"]) == {"conv"}, libraries
 
@@ -86,3 +92,27 @@ def test_gemm_library_is_read_from_the_fusion_that_calls_the_dot():
     assert hlo_libraries(HLO_WITH_A_LIBRARY_FUSION) == {"gemm": "YNNPACK", "conv": XLA_RUNTIME}
     unfused = HLO_WITH_A_LIBRARY_FUSION.replace("__ynn_fusion", "__other_fusion")
     assert hlo_libraries(unfused) == {"gemm": XLA_RUNTIME, "conv": XLA_RUNTIME}
+
+
+@pytest.mark.unit
+def test_thunks_are_read_from_xla_threads_and_grouped_per_call():
+    from types import SimpleNamespace as NS
+
+    from adapters.xla import kernels_per_call, thunk_events
+
+    def line(name, *events):
+        return NS(name=name, events=[NS(name=n, duration_ns=ns) for n, ns in events])
+
+    plane = NS(name="/host:CPU", lines=[
+        line("python", ("PjitFunction(f)", 9_000_000)),  # Python's dispatch, not a thunk
+        line("tf_XLAPjRtCpuClient/1", ("ynn_fusion", 2_000_000), ("end: ynn_fusion", 1_000),
+             ("broadcast_add_fusion", 400_000), ("ynn_fusion", 2_000_000), ("dot.3", 100_000)),
+        line("tf_XLAEigen/2", ("ThreadpoolListener::StartRegion", 0), ("broadcast_add_fusion", 600_000))])
+    events = thunk_events(NS(planes=[NS(name="/host:metadata", lines=[]), plane]))
+    assert sorted(n for n, _ in events) == ["broadcast_add_fusion", "broadcast_add_fusion", "dot.3", "ynn_fusion",
+                                            "ynn_fusion"]
+    kernels = {k.name: k for k in kernels_per_call(events, calls=2)}
+    assert kernels["ynn_fusion"].calls == 1 and kernels["ynn_fusion"].ms == pytest.approx(2.0)
+    assert kernels["broadcast_add_fusion"].ms == pytest.approx(0.5)
+    assert kernels["ynn_fusion"].category == kernels["dot.3"].category == "matmul/conv"
+    assert kernels["broadcast_add_fusion"].category == "pointwise"
