@@ -25,7 +25,9 @@ _CONVERTERS = frozenset({"quantize_per_tensor", "dequantize_per_tensor", "quanti
 # Ops that only move or relabel data (a layout op is neither int8 nor fp32 work); the edge
 # dialect's view ops carry a "_copy" suffix (view_copy), which ``op_name`` drops.
 _LAYOUT = frozenset({"view", "reshape", "permute", "transpose", "expand", "flatten", "unsqueeze", "squeeze", "slice",
-                     "select", "clone", "contiguous", "getitem", "t", "sym_size", "alias", "detach"})
+                     "select", "clone", "contiguous", "getitem", "t", "sym_size", "alias", "detach", "_unsafe_view",
+                     "view_as", "expand_as", "reshape_as", "unflatten", "split", "split_with_sizes", "unsafe_split",
+                     "unbind", "chunk", "narrow", "as_strided", "lift_fresh", "_reshape_alias"})
 
 
 def x86_inductor_quantizer() -> Any:
