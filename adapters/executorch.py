@@ -10,6 +10,13 @@ share of the graph's ops that was delegated and the ops that fell back. A progra
 ops are not all in the Core ATen opset fails to lower (``SpecViolationError``).
 Threads: XNNPACK's pthreadpool, reset to the run's threads before the method loads; its
 size as the threadpool reports it is recorded. Warm start: the stored, hash-checked .pte.
+
+int8 (``--dtype int8``): ExecuTorch's XNNPACK quantization flow, in a ``quantize`` phase
+before ``export``: ``XNNPACKQuantizer`` with ``get_symmetric_quantization_config(
+is_per_channel=True)`` (static, int8 symmetric per-channel weights, int8 activations),
+``prepare_pt2e`` on the exported module, the calibration batches, ``convert_pt2e``; the
+converted module is exported and lowered as above, XNNPACK taking the quantized patterns.
+The stored .pte is keyed on the quantizer's settings and the calibration data's hash.
 """
 from __future__ import annotations
 
@@ -25,6 +32,15 @@ from .profiling import KernelProfile, ProfileUnavailable
 
 PTE = "model.pte"
 DELEGATION = "delegation.json"  # stored beside the .pte: a hit reports the same delegation as the build
+INT8_OPS = "int8_ops.json"  # int8 cells: the int8/fp32 op counts of the lowered graph, likewise
+
+# What an int8 cell records as its quantizer (settings.quantizer), as ExecuTorch's XNNPACK
+# quantization guide configures it.
+XNNPACK_QUANTIZER = {"quantizer": "executorch XNNPACKQuantizer (PT2E, torchao.quantization.pt2e)",
+                     "config": "get_symmetric_quantization_config(is_per_channel=True): static, int8 symmetric "
+                               "weights per output channel, int8 activations per tensor (asymmetric)",
+                     "per_channel": True, "symmetric_weights": True, "static": True,
+                     "calibration": "prepare_pt2e -> calibration batches -> convert_pt2e"}
 
 
 class ExecutorchCompiled(Compiled):
@@ -60,8 +76,8 @@ class ExecutorchBackend(Backend):
     packages = ("executorch",)
     install_hint = "pip install -e '.[executorch]'"
     devices = ("cpu",)
-    int8_unavailable = ("not wired in dlcompare yet: ExecuTorch 1.4's XNNPACKQuantizer (PT2E, static per-channel) "
-                        "is its path, to be added as the issue's follow-up")
+    quantizes = True  # int8: XNNPACKQuantizer (PT2E), then lowered to XNNPACK's quantized kernels
+    quantizer_modules = ("torchao",)  # the XNNPACKQuantizer derives from torchao's pt2e Quantizer
     runtime_modules = ("executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner",
                        "executorch.runtime", "executorch.devtools.backend_debug")
 
@@ -75,19 +91,25 @@ class ExecutorchBackend(Backend):
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {"partitioners": ["XnnpackPartitioner"], "lowering": "exir.to_edge_transform_and_lower",
-                "runtime": "executorch.runtime (portable kernels + XNNPACK)", "xnnpack_threadpool_threads": ctx.threads}
+                "runtime": "executorch.runtime (portable kernels + XNNPACK)", "xnnpack_threadpool_threads": ctx.threads,
+                **({"quantizer": quantizer_settings(ctx.calibration)} if ctx.calibration is not None else {})}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         folder, expected = artifacts.store_for(self, ctx)
+        expected.update(quantization_key(ctx.calibration))
+        quantized = ctx.calibration is not None
+        files = [PTE, DELEGATION, INT8_OPS] if quantized else [PTE, DELEGATION]
         warm = ctx.cache == "warm"
         with artifacts.locked(folder) if warm else contextlib.nullcontext():
             hit = warm and artifacts.is_valid(folder, expected)
             if hit:
-                ctx.phases.update(export=0.0, lower=0.0, serialize=0.0)
+                ctx.phases.update(dict.fromkeys((["quantize"] if quantized else []) + ["export", "lower", "serialize"], 0.0))
             else:
                 self._build(module, example_inputs, ctx, folder)
-                artifacts.write_meta(folder, [PTE, DELEGATION], expected)
+                artifacts.write_meta(folder, files, expected)
             ctx.info["delegation"] = json.loads((folder / DELEGATION).read_text())
+            if quantized:
+                ctx.info["int8_ops"] = json.loads((folder / INT8_OPS).read_text())
             ctx.info["pte_bytes"] = (folder / PTE).stat().st_size
             compiled = self._load(folder / PTE, ctx, ctx.info["delegation"])
         cache = CacheVerdict("hit" if hit else "miss", artifacts.evidence(folder, hit)) if warm else None
@@ -105,6 +127,8 @@ class ExecutorchBackend(Backend):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
+        if ctx.calibration is not None:
+            module = xnnpack_quantize(module, example_inputs, ctx)
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs))
         with ctx.phase("lower"):
@@ -112,7 +136,10 @@ class ExecutorchBackend(Backend):
                 edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
             except Exception as exc:
                 raise RuntimeError(lowering_reason(exc)) from exc
-        delegation = delegation_summary(edge.exported_program().graph_module)
+        lowered = edge.exported_program().graph_module
+        delegation = delegation_summary(lowered)
+        if ctx.calibration is not None:
+            (folder / INT8_OPS).write_text(json.dumps(lowered_op_counts(lowered), indent=2))
         with ctx.phase("serialize"):
             program = edge.to_executorch()
             tmp = folder / f".{PTE}.{os.getpid()}.tmp"
@@ -135,6 +162,99 @@ class ExecutorchBackend(Backend):
         if method is None:
             raise RuntimeError(f"{pte.name} has no forward method")
         return ExecutorchCompiled(method, program, delegation)
+
+
+def quantizer_settings(calibration: list | None) -> dict[str, Any]:
+    """``XNNPACK_QUANTIZER`` with the calibration batch count and the versions that quantized."""
+    import importlib.metadata
+
+    return {**XNNPACK_QUANTIZER, "calibration_batches": len(calibration or []),
+            "executorch": importlib.metadata.version("executorch"), "torchao": importlib.metadata.version("torchao")}
+
+
+def quantization_key(calibration: list | None) -> dict[str, Any]:
+    """What a stored .pte must also have been built with: for int8 the quantizer's settings
+    and the calibration data (by hash), so no program calibrated on other data is served;
+    else no quantizer, which an int8 program's metadata fails and an fp32 program's, stored
+    before int8 existed (without the field), still passes."""
+    if calibration is None:
+        return {"quantizer": None}
+    from compare.worker.steps import tensors_sha256
+
+    return {"dtype": "int8", "quantizer": quantizer_settings(calibration), "calibration_sha256": tensors_sha256(calibration)}
+
+
+def xnnpack_quantize(module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Any:
+    """The module quantized by ExecuTorch's XNNPACKQuantizer on the cell's calibration
+    batches, in a ``quantize`` phase; a module the quantizer cannot take fails in one line."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    from . import pt2e
+
+    quantizer = XNNPACKQuantizer()
+    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    with ctx.phase("quantize"):
+        try:
+            return pt2e.quantize(module, example_inputs, ctx.calibration or [], quantizer)
+        except Exception as exc:
+            raise RuntimeError(f"XNNPACKQuantizer: {lowering_reason(exc)}") from exc
+
+
+def lowered_op_counts(graph_module) -> dict[str, int]:
+    """int8 and fp32 compute ops of the lowered program, from the graphs XNNPACK took (its
+    delegates' own graphs) and the ops left outside them. Inside a delegate, an op runs as
+    one of XNNPACK's int8 kernels when XNNPACK's partitioner has a static-quant kernel for it
+    and a dequantize (or such an int8 op, as a fused ReLU) feeds it; any other op (GELU on a
+    dequantized tensor) runs fp32. Outside, ExecuTorch's portable kernels dequantize and run
+    every op in fp32 (``quantized_outside_delegates`` counts those fed by a dequantize).
+    Quantize and dequantize nodes count as conversions, layout ops not at all."""
+    from .pt2e import node_kind, op_name
+
+    counts = {"int8": 0, "fp32": 0, "conversions": 0, "quantized_outside_delegates": 0}
+    int8_ops = xnnpack_int8_ops()
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr" and node.name.startswith("lowered_module_"):
+            count_delegated(getattr(graph_module, node.name).original_module.graph, int8_ops, counts)
+        elif (kind := node_kind(node)) is not None and op_name(node.target) != "executorch_call_delegate":
+            counts["fp32" if kind == "int8" else kind] += 1
+            counts["quantized_outside_delegates"] += kind == "int8"
+    return counts
+
+
+def count_delegated(graph, int8_ops: frozenset[str], counts: dict[str, int]) -> None:
+    """``lowered_op_counts`` for one delegate's graph (nodes in topological order)."""
+    from .pt2e import flat_args, is_dequantize, node_kind, op_name
+
+    int8_nodes: set[Any] = set()
+    for node in graph.nodes:
+        kind = node_kind(node)
+        if kind in (None, "conversions"):
+            counts["conversions"] += kind == "conversions"
+            continue
+        quantized_input = any(is_dequantize(arg) or arg in int8_nodes for arg in flat_args(node.args))
+        if quantized_input and op_name(node.target) in int8_ops:
+            int8_nodes.add(node)
+            counts["int8"] += 1
+        else:
+            counts["fp32"] += 1
+
+
+def xnnpack_int8_ops() -> frozenset[str]:
+    """The ops XNNPACK's partitioner lowers statically quantized (its configs that support
+    STATIC_QUANT: linear, convolution, add, mul, cat, relu, max_pool2d...), by base name."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
+
+    names = set()
+    for config_type in ALL_PARTITIONER_CONFIGS:
+        config = config_type()
+        if ConfigPrecisionType.STATIC_QUANT in config.supported_precision_types():
+            name = config.target_name.split(".")[0]
+            names.add(name.removesuffix("_copy") if name != "_to_copy" else name)
+    return frozenset(names)
 
 
 UNPACKING_OPS = frozenset({"getitem"})

@@ -1,6 +1,7 @@
 """--dtype int8: each backend's own quantizer on the same calibration data, accuracy against
 fp32 eager judged by the int8 tolerance, and the int8 table."""
 import dataclasses
+import importlib.util
 import math
 import os
 
@@ -9,6 +10,7 @@ import pytest
 from conftest import FAST, FIXTURES, load_results, run_cli
 
 PLUGIN = FIXTURES / "plugin"
+needs_executorch = pytest.mark.skipif(importlib.util.find_spec("executorch") is None, reason="executorch not installed")
 
 
 def _badquant_env(tmp_path):
@@ -123,7 +125,7 @@ def test_backends_without_an_int8_quantizer_say_what_their_release_lacks():
 
     classes = backend_classes()
     for name, version in (("eager", "torchao"), ("inductor", "torchao"), ("aot-inductor", "torchao"), ("ort", None),
-                          ("openvino", "nncf")):
+                          ("openvino", "nncf"), ("executorch", "executorch")):
         backend = classes[name]()
         assert backend.quantizes, name
         ctx = CompileContext("mlp", "k", "cpu", 1, Path("."), options=backend.options_type(), calibration=[[]])
@@ -132,7 +134,7 @@ def test_backends_without_an_int8_quantizer_say_what_their_release_lacks():
         plain = CompileContext("mlp", "k", "cpu", 1, Path("."), options=backend.options_type())
         assert "quantizer" not in backend.settings(plain), name
     for name, word in (("tvm", "TVM"), ("tvm-untuned", "TVM"), ("iree", "IREE"), ("xla", "XLA"),
-                       ("executorch", "XNNPACKQuantizer"), ("openvino-dynamo", "NNCF")):
+                       ("openvino-dynamo", "NNCF")):
         assert not classes[name].quantizes and word in classes[name].int8_unavailable, name
 
 
@@ -174,7 +176,7 @@ def test_the_int8_table_shows_both_speedups_accuracy_and_quantize_time():
 # ----------------------------------------------------------------------------- runs
 
 
-def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibration_data(tmp_path):
+def test_a_small_int8_run_through_ort_openvino_inductor_and_executorch_with_the_same_calibration_data(tmp_path):
     """mlp and conv at int8 through each backend's own quantizer; a backend whose release
     has none is unavailable with its reason; a broken (2-bit) test quantizer fails the int8
     tolerance (its honest 8-bit setting passing it is checked without a run, above)."""
@@ -182,14 +184,15 @@ def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibr
     from compare.measure.accuracy import INT8_TOLERANCE, int8_verdict
 
     run_dir = tmp_path / "run"
-    proc = run_cli("--backends", "inductor,ort,openvino,tvm,badquant:badquant-bits=2",
+    quantizing = ["inductor", "ort", "openvino"] + (["executorch"] if importlib.util.find_spec("executorch") else [])
+    proc = run_cli("--backends", ",".join(quantizing + ["tvm", "badquant:badquant-bits=2"]),
                    "--workloads", "mlp,conv", "--size", "small", "--dtype", "int8", "--calibration-batches", "2",
                    *FAST, "--output-dir", run_dir, env=_badquant_env(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the broken quantizer's cells disagree
     cells = {(c["workload"], c["backend"]): c for c in load_results(run_dir)["cells"]}
     for workload in ("mlp", "conv"):
         hashes = set()
-        for backend in ("eager", "inductor", "ort", "openvino"):
+        for backend in ["eager", *quantizing]:
             cell = cells[(workload, backend)]
             assert cell["status"] == "ok" and cell["dtype"] == "int8", (backend, cell["error"])
             assert cell["tolerance"] == INT8_TOLERANCE and cell["accuracy"]["draws"] == 8
@@ -213,6 +216,17 @@ def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibr
         tvm = cells[(workload, "tvm")]
         assert tvm["status"] == "unavailable" and "TVM 0.27" in tvm["error"]
     assert cells[("mlp", "ort")]["settings"]["quantizer"]["per_channel"] is True
+    if "executorch" in quantizing:  # XNNPACKQuantizer, then XNNPACK's int8 kernels
+        for workload in ("mlp", "conv"):
+            cell = cells[(workload, "executorch")]
+            assert list(cell["compile_phases"])[:3] == ["quantize", "export", "lower"]
+            quantizer = cell["settings"]["quantizer"]
+            assert "XNNPACKQuantizer" in quantizer["quantizer"] and quantizer["per_channel"] is True
+            assert quantizer["calibration_batches"] == 2
+            assert cell["info"]["int8_ops"]["quantized_outside_delegates"] == 0, cell["info"]["int8_ops"]
+        # the mlp's GELUs run fp32 on dequantized tensors (XNNPACK has no int8 GELU)
+        assert cells[("mlp", "executorch")]["info"]["int8_ops"] == {"int8": 3, "fp32": 2, "conversions": 15,
+                                                                    "quantized_outside_delegates": 0}
     summary = (run_dir / "summary.md").read_text()
     assert "## int8" in summary and "the same data, by sha256" in summary
 
@@ -237,3 +251,51 @@ def test_a_quantizer_whose_package_is_missing_names_the_extra():
 
     assert "pip install -e '.[int8]'" in NoPackage().int8_missing()
     assert EagerBackend().int8_missing() is None
+
+
+# ----------------------------------------------------------------------------- ExecuTorch
+
+
+@pytest.mark.unit
+@needs_executorch
+def test_an_executorch_int8_program_is_stored_under_its_quantizer_and_calibration_data(tmp_path):
+    import torch
+
+    from adapters import artifacts
+    from adapters.executorch import quantization_key
+
+    batches = [[torch.ones(2, 3)], [torch.zeros(2, 3)]]
+    key = quantization_key(batches)
+    quantizer = key["quantizer"]
+    assert quantizer["per_channel"] is True and quantizer["symmetric_weights"] is True
+    assert quantizer["calibration_batches"] == 2 and quantizer["executorch"] and quantizer["torchao"]
+    assert quantization_key(batches[::-1])["calibration_sha256"] != key["calibration_sha256"]
+    base = {"target_key": "t", "workload_key": "w", "versions": {}}
+    (tmp_path / "model.pte").write_bytes(b"pte")
+    artifacts.write_meta(tmp_path, ["model.pte"], {**base, **key})
+    assert artifacts.is_valid(tmp_path, {**base, **key})
+    assert not artifacts.is_valid(tmp_path, {**base, **quantization_key(None)})  # never served to fp32
+    assert not artifacts.is_valid(tmp_path, {**base, **quantization_key(batches[:1])})  # other calibration data
+    artifacts.write_meta(tmp_path, ["model.pte"], base)  # an fp32 program stored before int8 existed
+    assert artifacts.is_valid(tmp_path, {**base, **quantization_key(None)})
+    assert not artifacts.is_valid(tmp_path, {**base, **key})
+
+
+@pytest.mark.unit
+def test_int8_ops_are_counted_by_op_name_not_by_substring():
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
+
+    from adapters.pt2e import node_kind, op_name
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    dq = graph.call_function(torch.ops.quantized_decomposed.dequantize_per_tensor.default, (x, 0.1, 0, -128, 127,
+                                                                                            torch.int8))
+    cat = graph.call_function(torch.ops.aten.cat.default, ([dq, dq],))  # "cat.default" holds "t.default"
+    sqrt = graph.call_function(torch.ops.aten.sqrt.default, (cat,))
+    view = graph.call_function(torch.ops.aten.view_copy.default, (sqrt, [-1]))
+    kinds = {node.name: node_kind(node) for node in graph.nodes}
+    assert kinds == {"x": None, "dequantize_per_tensor_default": "conversions", "cat_default": "int8",
+                     "sqrt_default": "fp32", "view_copy_default": None}, kinds
+    assert op_name(view.target) == "view" and op_name(torch.ops.aten.linear.default) == "linear"
