@@ -90,6 +90,8 @@ class RunConfig:
     # after another; the median of samples) or "single-stream" (MLPerf's SingleStream: one
     # request per sample, each after the last returned; per-request percentiles).
     scenario: str = "back-to-back"
+    # --scenario server: LoadGen's parameters (compare.measure.loadgen.ServerConfig's fields)
+    server: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
