@@ -11,6 +11,7 @@ from compare.measure.stats import geometric_mean
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
+from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
@@ -235,7 +236,8 @@ def conditions_line(results: RunResults) -> str:
     affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
-            f"thread spin {cfg.get('thread_spin', 'default')}; scenario {cfg.get('scenario', 'back-to-back')}; "
+            f"thread spin {cfg.get('thread_spin', 'default')}; "
+            f"scenario {cfg.get('scenario', 'back-to-back')}{server_conditions(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
             f"{backend_conditions(results)}{pinning_text(results)}")
@@ -377,6 +379,7 @@ def summary_markdown(results: RunResults) -> str:
         lines += ["", "## Per-request latency (single-stream)", "", pd.DataFrame(requests).to_markdown(index=False),
                   "", REQUEST_NOTE]
     lines += int8_markdown(results)
+    lines += server_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)
@@ -422,7 +425,8 @@ def rich_geomean_table(results: RunResults):
 
 
 def rich_extra_tables(results: RunResults) -> list:
-    """The tables printed below the cells: geometric means, per-request latency."""
-    geo, requests = rich_geomean_table(results), request_rows(results)
+    """The tables printed below the cells: geometric means, per-request latency, server."""
+    geo, requests, served = rich_geomean_table(results), request_rows(results), server_rows(results)
     return ([geo] if geo is not None else []) + (
-        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else [])
+        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
+        [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])
