@@ -136,7 +136,7 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
 
 
-SCENARIOS = ("back-to-back", "single-stream", "offline")
+SCENARIOS = ("back-to-back", "single-stream", "offline", "server")
 
 
 def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
@@ -152,7 +152,10 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
                              "samples is the latency (default); single-stream: every request timed on its own, "
                              "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request; offline: throughput on all "
                              "the threads, each backend with its own streams where dlcompare has them (OpenVINO's "
-                             "THROUGHPUT hint, ORT sessions in parallel), else back to back")
+                             "THROUGHPUT hint, ORT sessions in parallel), else back to back; server: after timing, "
+                             "MLPerf LoadGen's Server scenario (Poisson arrivals) finds the highest QPS whose p99 "
+                             "stays within --server-p99-ms, for the backend and eager (needs dlcompare[loadgen])")
+    _add_server(parser)
     parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
                         help="one untimed call before each timed sample, so that no sample pays for what the "
                              "other callable left behind (default on; off: the method before 2026-11)")
@@ -174,6 +177,20 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
     parser.add_argument("--calibration-batches", type=_positive_int, default=RunConfig.calibration_batches, metavar="N",
                         help="--dtype int8: seeded batches of the workload's inputs that every backend's quantizer "
                              f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
+
+
+def _add_server(parser: argparse.ArgumentParser) -> None:
+    """--scenario server's parameters (compare.measure.loadgen.ServerConfig)."""
+    from compare.measure.loadgen import BOUND_FACTOR, MIN_BOUND_MS, ServerConfig
+
+    parser.add_argument("--server-p99-ms", type=_positive_float, default=None, metavar="MS",
+                        help=f"--scenario server: the p99 bound every side of a cell is held to (default "
+                             f"{BOUND_FACTOR:g}x eager's back-to-back median in the cell, at least {MIN_BOUND_MS:g} ms)")
+    parser.add_argument("--server-run-ms", type=_positive_int, default=None, metavar="MS",
+                        help=f"--scenario server: LoadGen's minimum duration of each run (default {ServerConfig.run_ms})")
+    parser.add_argument("--server-runs", type=_positive_int, default=None, metavar="N",
+                        help=f"--scenario server: LoadGen runs per side, the QPS bisection's steps "
+                             f"(default {ServerConfig.runs})")
 
 
 def _add_conditions(parser: argparse.ArgumentParser) -> None:

@@ -76,6 +76,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         seed=args.seed,
         timing=_timing(args),
         scenario=getattr(args, "scenario", "back-to-back"),
+        server=_server(args),
         options=backend_options(args),
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
@@ -118,6 +119,25 @@ def _timing(args: argparse.Namespace) -> dict:
     if getattr(args, "scenario", "back-to-back") == "offline":
         timing.update(offline=True, sample_warmup=False)
     return timing
+
+
+SERVER_FLAGS = {"server_p99_ms": "p99_ms", "server_run_ms": "run_ms", "server_runs": "runs"}
+
+
+def _server(args: argparse.Namespace) -> dict | None:
+    """--scenario server's parameters (ServerConfig's fields, defaults filled in); a
+    --server-* flag without --scenario server is a usage error, not a flag quietly ignored."""
+    from dataclasses import asdict
+
+    from compare.measure.loadgen import ServerConfig
+
+    given = {field: getattr(args, flag) for flag, field in SERVER_FLAGS.items() if getattr(args, flag, None) is not None}
+    if getattr(args, "scenario", "back-to-back") != "server":
+        if given:
+            flag = next(flag for flag, field in SERVER_FLAGS.items() if field in given)
+            raise UsageError(f"--{flag.replace('_', '-')} applies to --scenario server only")
+        return None
+    return asdict(ServerConfig(**given))
 
 
 def _checked_affinity(cpus: list[int] | None) -> list[int] | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.harness import environment
+from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
 from compare.results import protocol
 from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
@@ -87,6 +88,7 @@ class CellSpecs:
             # an experiment counts no work: its record has no roofline
             count_work=dynamic is None,
             dynamic=dynamic,
+            server=ServerConfig(**cfg.server) if cfg.server is not None and dynamic is None else None,
         )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:

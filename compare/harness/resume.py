@@ -19,6 +19,7 @@ CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size
            "--numerics-draws": "numerics_draws", "--calibration-batches": "calibration_batches",
            "--roofline": "roofline", "--tuning-logs": "cache_root",
            "--executor": "executor", "--ray-share-cores": "ray_share_cores", "--scenario": "scenario",
+           "--server-p99-ms": "server", "--server-run-ms": "server", "--server-runs": "server",
            # reporting only, but the kept cells were made without (or with) it: refused, never ignored
            "--explain": "explain", "--crosscheck": "crosscheck"}
 # Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).

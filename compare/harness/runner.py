@@ -91,6 +91,8 @@ class RunConfig:
     # request per sample, each after the last returned; per-request percentiles) or
     # "offline" (MLPerf's Offline: throughput with each backend's own streams).
     scenario: str = "back-to-back"
+    # --scenario server: LoadGen's parameters (compare.measure.loadgen.ServerConfig's fields)
+    server: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict

@@ -14,6 +14,7 @@ import pandas as pd
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
+from compare.report.server import SERVER_NOTE, server_rows
 from compare.report.text import (
     REQUEST_NOTE,
     SUMMARY_COLUMNS,
@@ -399,6 +400,8 @@ def render_html(results: RunResults) -> str:
         throughput_note=THROUGHPUT_NOTE,
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
         else None, calibration_line=calibration_line(results),
+        server_table=pd.DataFrame(served).to_html(index=False, escape=True) if (served := server_rows(results)) else None,
+        server_note=SERVER_NOTE,
         explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,
         plots=plots,
         problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off

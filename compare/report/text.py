@@ -11,6 +11,7 @@ from compare.measure.stats import geometric_mean
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
+from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
@@ -235,7 +236,8 @@ def conditions_line(results: RunResults) -> str:
     affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
-            f"thread spin {cfg.get('thread_spin', 'default')}; scenario {scenario_text(cfg)}; "
+            f"thread spin {cfg.get('thread_spin', 'default')}; "
+            f"scenario {scenario_text(cfg)}{server_conditions(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
             f"{backend_conditions(results)}{pinning_text(results)}")
@@ -473,6 +475,7 @@ def summary_markdown(results: RunResults) -> str:
         lines += ["", "## Throughput (offline)", "", pd.DataFrame(throughput).to_markdown(index=False),
                   "", THROUGHPUT_NOTE]
     lines += int8_markdown(results)
+    lines += server_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)
@@ -518,10 +521,12 @@ def rich_geomean_table(results: RunResults):
 
 
 def rich_extra_tables(results: RunResults) -> list:
-    """The tables printed below the cells: geometric means, per-request latency, decode, throughput."""
+    """The tables printed below the cells: geometric means, per-request latency, decode,
+    throughput, server."""
     geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
-    throughput = throughput_rows(results)
+    throughput, served = throughput_rows(results), server_rows(results)
     return ([geo] if geo is not None else []) + (
         [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
         [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
-        [_rich_rows_table("throughput (offline)", throughput)] if throughput else [])
+        [_rich_rows_table("throughput (offline)", throughput)] if throughput else []) + (
+        [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
 from compare.results.latency import LatencyStats, RecordError, checked_fields
 
@@ -115,6 +116,7 @@ class CellSpec:
     fresh_store: bool = False  # the store was made empty for this process: its build is cold
     work_dir: str | None = None  # the worker's own folder (set when it is started)
     dynamic: DynamicSpec | None = None  # the dynamic-shape experiment instead of a cell
+    server: ServerConfig | None = None  # --scenario server: LoadGen's search after timing (the first process)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -130,7 +132,9 @@ class CellSpec:
                       "workload_files": tuple(fields["workload_files"]),
                       "affinity": None if affinity is None else tuple(affinity),
                       "timing": TimingConfig(**checked_fields(TimingConfig, fields["timing"], "the spec's timing")),
-                      "dynamic": None if fields["dynamic"] is None else DynamicSpec.from_dict(fields["dynamic"])})
+                      "dynamic": None if fields["dynamic"] is None else DynamicSpec.from_dict(fields["dynamic"]),
+                      "server": None if fields["server"] is None else ServerConfig(
+                          **checked_fields(ServerConfig, fields["server"], "the spec's server"))})
 
     @classmethod
     def from_json(cls, text: str) -> "CellSpec":
@@ -188,6 +192,7 @@ class CellMeasurement:
     profile: dict[str, Any] | None = None
     crosscheck: dict[str, Any] | None = None
     gemm_library: dict[str, str] | None = None
+    server: dict[str, Any] | None = None  # --scenario server: LoadGen's search (compare.measure.loadgen)
     info: dict[str, Any] = field(default_factory=dict)
     # --suite llm: the greedy generation's record (compare.worker.decode.decode_record)
     decode: dict[str, Any] | None = None

@@ -115,6 +115,11 @@ class Cell:
     # {"gemm": library, "conv": library}: MKL, oneDNN, MLAS, OpenVINO's kernels, TVM's or
     # IREE's own code (adapters/libraries.py); {} when the graph has neither
     gemm_library: dict[str, str] | None = None
+    # --scenario server: LoadGen's search for the highest QPS whose p99 meets the bound, for the
+    # backend and for eager in the same worker: {loadgen_version, p99_bound_ms, bound_rule,
+    # max_qps, p99_at_max_ms, own_p99_at_max_ms, capacity_qps, loadgen_runs: [...], eager:
+    # {...}, qps_ratio_vs_eager} (compare.measure.loadgen; the first process's)
+    server: dict[str, Any] | None = None
     threads: int | None = None
     cache: str | None = None  # "cold", "hit", "miss", "bypass" (the backend declined to cache)
     settings: dict[str, Any] = field(default_factory=dict)  # how the backend was configured
@@ -324,6 +329,8 @@ def cell_row(cell: Cell) -> dict[str, Any]:
                     if name != "n"})
     row.update(decode_columns(cell.decode))
     row.update(throughput_columns(cell.throughput))
+    if cell.server is not None:
+        row.update(server_columns(cell.server))
     for phase, seconds in cell.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
@@ -351,6 +358,18 @@ def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
             "samples_per_s": throughput.get("samples_per_s"), "throughput_batch": throughput.get("batch"),
             "streams": throughput.get("streams"), "requests_in_flight": throughput.get("requests_in_flight"),
             "eager_throughput_per_s": eager.get("per_s")}
+
+
+def server_columns(server: dict[str, Any]) -> dict[str, Any]:
+    """--scenario server's CSV columns: the bound, each side's highest QPS within it and the
+    p99 there (LoadGen's and dlcompare's own), their ratio, and the LoadGen runs made."""
+    eager = server.get("eager") or {}
+    return {"server_p99_bound_ms": server.get("p99_bound_ms"), "server_max_qps": server.get("max_qps"),
+            "server_p99_at_max_ms": server.get("p99_at_max_ms"),
+            "server_own_p99_at_max_ms": server.get("own_p99_at_max_ms"),
+            "server_eager_max_qps": eager.get("max_qps"), "server_eager_p99_at_max_ms": eager.get("p99_at_max_ms"),
+            "server_qps_ratio_vs_eager": server.get("qps_ratio_vs_eager"),
+            "server_loadgen_runs": len(server.get("loadgen_runs") or []) + len(eager.get("loadgen_runs") or [])}
 
 
 def cells_frame(results: RunResults):

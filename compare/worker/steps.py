@@ -528,6 +528,34 @@ def requests_per_sample(pool, in_flight: int) -> int:
     return math.ceil(wanted / in_flight) * in_flight
 
 
+def serve_under_loadgen(compiled, prepared, setup: CellSetup, spec: CellSpec, timed: dict[str, Any]
+                        ) -> dict[str, Any] | None:
+    """--scenario server (the cell's first process): LoadGen's Server scenario against the
+    compiled call and, in the same worker, eager (compare.measure.loadgen), after timing.
+    Each side's search starts from its back-to-back median just timed."""
+    if spec.server is None or spec.process_index != 0:
+        return None
+    from adapters.eager import TorchCompiled
+    from compare.measure.loadgen import Served, measure_server
+
+    def served(name: str, run, arg, sync, median_ms: float) -> Served:
+        def call() -> None:
+            run(arg)
+            sync()
+        return Served(name, call, median_ms)
+
+    emit(phase="server")
+    eager_ms = timed["eager_latency"].median
+    sides = [served(spec.backend if spec.backend == "eager" else "backend", compiled.run, prepared,
+                    compiled.synchronize, timed["latency"].median)]
+    if spec.backend != "eager":
+        eager = TorchCompiled(setup.reference_model, spec.device)
+        sides.append(served("eager", eager.run, eager.prepare(setup.inputs), eager.synchronize, eager_ms))
+    out_dir = Path(spec.work_dir or ".") / "loadgen"
+    return measure_server(sides, eager_ms, spec.server, out_dir,
+                          on_run=lambda side, run: emit(phase=f"server {side} {run['target_qps']:.4g} qps"))
+
+
 def await_compile() -> None:
     """Report that the imports are done, then wait for the parent's word to compile: the
     processes of a warm round import at the same time and compile one at a time, so their
@@ -634,9 +662,23 @@ def crosscheck_cell(compiled, prepared, median_ms: float, spec: CellSpec) -> dic
     return found if "unavailable" in found else {**found, "ratio": found["median_ms"] / median_ms}
 
 
+def require_loadgen() -> None:
+    """--scenario server without LoadGen installed: the cell is unavailable with the install
+    hint, before anything is built or compiled."""
+    from adapters import BackendUnavailable
+    from compare.measure.loadgen import LoadgenMissing, loadgen_module
+
+    try:
+        loadgen_module()
+    except LoadgenMissing as exc:
+        raise BackendUnavailable(str(exc)) from None
+
+
 def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
     """Run one cell; returns what it measured (the protocol's answer)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
+    if spec.server is not None:
+        require_loadgen()
     backend, ctx, torch_import_s = prepare_worker(spec)
     return measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
 
@@ -670,6 +712,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     if offline:  # at the workload's batch: samples/s is inferences/s times it
         offline = {"batch": setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch, **offline}
     after = check_after_timing(compiled, prepared, outputs)
+    server = serve_under_loadgen(compiled, prepared, setup, spec, timed)
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
     libraries = gemm_libraries(compiled, prepared, setup, spec)
@@ -696,6 +739,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         profile=profile,
         crosscheck=crosscheck,
         gemm_library=libraries,
+        server=server,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
         info={**cell_info(result), "thread_pinning": pinning, **({"offline": offline} if offline else {})},
     )
