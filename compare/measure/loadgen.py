@@ -212,13 +212,19 @@ def _no_samples(samples) -> None:
 class QpsSearch:
     """Bisection of the highest QPS whose p99 meets the bound, over (0, capacity]: the first
     run at half the capacity, each next one halfway between the highest that met the bound
-    (0 at first) and the lowest that missed it (the capacity until one did)."""
+    (0 at first) and the lowest that missed it (the capacity until one did). A miss caps
+    the search only once a second run at the same QPS misses too: on a shared machine one
+    noisy stretch made eager miss at half its capacity, and the search, never going back
+    above a miss, then read eager's QPS at a third of what it sustains."""
     capacity_qps: float
     met_qps: float = 0.0
     missed_qps: float | None = None
+    unconfirmed_miss: float | None = None  # a miss the next run repeats before it counts
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     def next_qps(self) -> float:
+        if self.unconfirmed_miss is not None:
+            return self.unconfirmed_miss
         top = self.capacity_qps if self.missed_qps is None else self.missed_qps
         return (self.met_qps + top) / 2
 
@@ -227,8 +233,15 @@ class QpsSearch:
         qps = run["target_qps"]
         if run["met"]:
             self.met_qps = max(self.met_qps, qps)
-        else:
+            self.unconfirmed_miss = None
+            run["verdict"] = "met"
+        elif self.unconfirmed_miss == qps:
             self.missed_qps = qps if self.missed_qps is None else min(self.missed_qps, qps)
+            self.unconfirmed_miss = None
+            run["verdict"] = "missed (confirmed)"
+        else:
+            self.unconfirmed_miss = qps
+            run["verdict"] = "missed (to be confirmed)"
 
     def result(self) -> dict[str, Any]:
         """max_qps (None: no run met the bound), LoadGen's and dlcompare's p99 in that run,
