@@ -91,3 +91,16 @@ def one_file(backend, ctx, name: str, build: Callable[[Path], None], key: dict[s
             build(path)
             write_meta(folder, [name], expected)
         yield path, CacheVerdict("hit" if hit else "miss", evidence(folder, hit))
+
+
+def tensors_sha256(batches: list) -> str:
+    """One hash over every calibration tensor (dtype, shape, bytes): the same data in
+    every backend's cell reads the same hash."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for batch in batches:
+        for tensor in batch:
+            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

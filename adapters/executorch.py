@@ -179,9 +179,8 @@ def quantization_key(calibration: list | None) -> dict[str, Any]:
     before int8 existed (without the field), still passes."""
     if calibration is None:
         return {"quantizer": None}
-    from compare.worker.steps import tensors_sha256
-
-    return {"dtype": "int8", "quantizer": quantizer_settings(calibration), "calibration_sha256": tensors_sha256(calibration)}
+    return {"dtype": "int8", "quantizer": quantizer_settings(calibration), "calibration_sha256":
+            artifacts.tensors_sha256(calibration)}
 
 
 def xnnpack_quantize(module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> Any:

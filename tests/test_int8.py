@@ -85,7 +85,8 @@ def test_each_quantizer_guards_against_int8_saturation_only_on_a_cpu_without_vnn
 def test_calibration_seeds_stay_apart_from_the_evaluation_draws_and_their_hash_is_the_datas():
     import torch
 
-    from compare.worker.steps import EVAL_SEED_STRIDE, calibration_seeds, tensors_sha256
+    from adapters.artifacts import tensors_sha256
+    from compare.worker.steps import EVAL_SEED_STRIDE, calibration_seeds
 
     seeds = calibration_seeds(0, 8, 8)
     assert len(set(seeds)) == 8 and not set(seeds) & {EVAL_SEED_STRIDE * i for i in range(8)}

@@ -33,10 +33,12 @@ def _accuracy(cell: Cell) -> list[str]:
     acc = cell.accuracy or {}
     if not acc or acc.get("error"):
         return [acc.get("error", "-"), "-", "-"]
-    top1 = acc.get("top1_agreement")
-    fail = "" if cell.numerics_ok is not False else " FAIL"
-    return [f"{acc['cosine_min']:.4f}{fail}", f"{acc['rel_err']:.3f}",
-            "-" if top1 is None else f"{top1:.0%} of {acc['top1_rows']}"]
+    top1, error = acc.get("top1_agreement"), cell.numerics_error or ""
+
+    def failed(metric: str) -> str:  # FAIL beside the metric the int8 verdict names
+        return " FAIL" if cell.numerics_ok is False and metric in error else ""
+    return [f"{acc['cosine_min']:.4f}{failed('cosine')}", f"{acc['rel_err']:.3f}{failed('relative error')}",
+            "-" if top1 is None else f"{top1:.0%} of {acc['top1_rows']}{failed('top-1')}"]
 
 
 def _ops(cell: Cell) -> str:
@@ -102,7 +104,7 @@ def int8_markdown(results: RunResults) -> list[str]:
              "the backend; vs fp32 eager: fp32 eager timed in the same rounds. Quantize s is a compile phase of its "
              "own, counted in compile s and in the break-even against fp32 eager. Accuracy against fp32 eager over "
              f"the cell's draws; numerics_ok for int8: cosine >= {tol['cosine_min']}, relative (L2) error <= "
-             f"{tol['rel_err_max']}, top-1 agreement >= {tol['top1_agreement_min']:.0%} for logits "
+             f"{tol['rel_err_max']}, top-1 agreement >= {tol['top1_agreement_min']:.0%} for the classifiers "
              "(docs/method.md#int8). Ops: int8/fp32 compute ops in the backend's own graph (info.int8_ops)."]
     calibration = calibration_line(results)
     if calibration:

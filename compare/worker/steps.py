@@ -198,19 +198,6 @@ def calibration_seeds(seed: int, batches: int, eval_draws: int) -> list[int]:
     return seeds
 
 
-def tensors_sha256(batches: list) -> str:
-    """One hash over every calibration tensor (dtype, shape, bytes): the same data in
-    every backend's cell reads the same hash."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for batch in batches:
-        for tensor in batch:
-            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 @dataclass
 class CellSetup:
     """The workload at this cell's size, batch and precision: models and inputs."""
@@ -250,13 +237,13 @@ class CellSetup:
     def quantized_reference(self, spec: CellSpec) -> None:
         """int8: draw the calibration batches, keep fp32 eager, and make the reference the
         PT2E-quantized model run in eager (adapters/pt2e.py)."""
-        from adapters import pt2e
+        from adapters import artifacts, pt2e
         from workloads import make_inputs
 
         seeds = calibration_seeds(spec.seed, spec.calibration_batches, self.draw_count(spec))
         self.calibration = [make_inputs(self.specs, s, spec.device) for s in seeds]
         self.calibration_record = {"batches": len(seeds), "seeds": [seeds[0], seeds[-1]],
-                                   "sha256": tensors_sha256(self.calibration),
+                                   "sha256": artifacts.tensors_sha256(self.calibration),
                                    "drawn_from": "the workload's make_inputs, seeds apart from the evaluation draws"}
         self.fp32_model = self.reference_model
         self.reference_model = pt2e.quantize(self.fp32_model, self.inputs, self.calibration)
