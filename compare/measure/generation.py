@@ -77,6 +77,7 @@ class GenerationSampler(AlternatingSampler):
         self.config = config
         self.single_s = [self._warm_up(pair) for pair in self.pairs]
         self.numbers = [1] * len(self.pairs)
+        self.requests = [1] * len(self.pairs)  # a sample is one generation
         self.samples: list[list[float]] = [[] for _ in self.pairs]
         self.ttft_s: list[list[float]] = [[] for _ in self.pairs]
         self.step_s: list[list[float]] = [[] for _ in self.pairs]

@@ -108,6 +108,7 @@ class AlternatingSampler:
         sample_s = sample_seconds(self.single_s, config)
         one_call = config.per_request or config.offline
         self.numbers = [1 if one_call else calibrate(single, sample_s) for single in self.single_s]
+        self.requests = [c.requests for c in self.candidates]
         self.samples: list[list[float]] = [[] for _ in self.candidates]
         self.rounds = 0
         self.sampling_s = 0.0  # time spent in take_rounds, the budget's clock
@@ -151,7 +152,7 @@ class AlternatingSampler:
 
     def stats(self) -> list[LatencyStats]:
         """Per inference; ``number`` counts the inferences averaged into each sample."""
-        return [summarize(s, n * c.requests) for s, n, c in zip(self.samples, self.numbers, self.candidates)]
+        return [summarize(s, n * requests) for s, n, requests in zip(self.samples, self.numbers, self.requests)]
 
 
 def time_alternating(candidates: Sequence[Timed], config: TimingConfig) -> list[LatencyStats]:

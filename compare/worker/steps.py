@@ -141,6 +141,8 @@ def prepare_worker(spec: CellSpec):
 
     if spec.work_dir is None:
         raise ValueError("the cell spec has no work_dir: the parent sets it when it starts the worker")
+    if spec.server is not None:  # before torch loads: a missing LoadGen costs nothing to find
+        require_loadgen()
     backend = get_backend(spec.backend)
     ctx = CompileContext(
         workload_name=spec.workload,
@@ -664,8 +666,6 @@ def require_loadgen() -> None:
 def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
     """Run one cell; returns what it measured (the protocol's answer)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
-    if spec.server is not None:
-        require_loadgen()
     backend, ctx, torch_import_s = prepare_worker(spec)
     return measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
 
