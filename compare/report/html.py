@@ -30,7 +30,7 @@ from compare.report.text import (
     summary_rows,
     throughput_rows,
 )
-from compare.results.schema import RunResults, atomic_write_text
+from compare.results.schema import Cell, RunResults, atomic_write_text
 
 
 def _figure_to_data_uri(fig) -> str:
@@ -53,6 +53,14 @@ def _plt():
 
 def _ok_cells(results: RunResults):
     return [c for c in results.cells if c.status == "ok" and c.latency is not None]
+
+
+def _workload_panels(cells: list[Cell]):
+    """The figure, its axes and the workloads (cell labels, in order) of a plot with one
+    panel per workload: the prelude every per-workload plot shares."""
+    workloads = list(dict.fromkeys(c.label for c in cells))
+    fig, axes = _panel_grid(_plt(), len(workloads))
+    return fig, axes, workloads
 
 
 def _panel_grid(plt, count: int):
@@ -137,9 +145,7 @@ def plot_amortization(results: RunResults) -> str | None:
     cells = [c for c in _ok_cells(results) if c.amortization]
     if not cells:
         return None
-    plt = _plt()
-    workloads = list(dict.fromkeys(c.label for c in cells))
-    fig, axes = _panel_grid(plt, len(workloads))
+    fig, axes, workloads = _workload_panels(cells)
     for ax, w in zip(axes, workloads):
         eager_drawn = False
         for c in (c for c in cells if c.label == w):
@@ -277,9 +283,7 @@ def plot_time_breakdown(results: RunResults) -> str | None:
     cells = [c for c in _ok_cells(results) if c.profile and "kernels" in c.profile]
     if not cells:
         return None
-    plt = _plt()
-    workloads = list(dict.fromkeys(c.label for c in cells))
-    fig, axes = _panel_grid(plt, len(workloads))
+    fig, axes, workloads = _workload_panels(cells)
     for ax, workload in zip(axes, workloads):
         mine = [c for c in cells if c.label == workload]
         left = [0.0] * len(mine)
@@ -303,9 +307,7 @@ def plot_request_latency(results: RunResults) -> str | None:
         return None
     import numpy as np
 
-    plt = _plt()
-    workloads = list(dict.fromkeys(c.label for c in cells))
-    fig, axes = _panel_grid(plt, len(workloads))
+    fig, axes, workloads = _workload_panels(cells)
     for ax, w in zip(axes, workloads):
         for c in (c for c in cells if c.label == w):
             for stats, style, name in ((c.latency, "-", c.backend), (c.eager_latency, "--", f"eager beside {c.backend}")):
@@ -327,9 +329,7 @@ def plot_throughput(results: RunResults) -> str | None:
     cells = [c for c in _ok_cells(results) if c.throughput]
     if not cells:
         return None
-    plt = _plt()
-    workloads = list(dict.fromkeys(c.label for c in cells))
-    fig, axes = _panel_grid(plt, len(workloads))
+    fig, axes, workloads = _workload_panels(cells)
     for ax, w in zip(axes, workloads):
         mine = [c for c in cells if c.label == w]
         rates = [c.throughput["per_s"] for c in mine]
