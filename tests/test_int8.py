@@ -177,7 +177,7 @@ def test_the_int8_table_shows_both_speedups_accuracy_and_quantize_time():
 # ----------------------------------------------------------------------------- runs
 
 
-def test_a_small_int8_run_through_ort_openvino_inductor_and_executorch_with_the_same_calibration_data(tmp_path):
+def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibration_data(tmp_path):
     """mlp and conv at int8 through each backend's own quantizer; a backend whose release
     has none is unavailable with its reason; a broken (2-bit) test quantizer fails the int8
     tolerance (its honest 8-bit setting passing it is checked without a run, above)."""
@@ -185,7 +185,7 @@ def test_a_small_int8_run_through_ort_openvino_inductor_and_executorch_with_the_
     from compare.measure.accuracy import INT8_TOLERANCE, int8_verdict
 
     run_dir = tmp_path / "run"
-    quantizing = ["inductor", "ort", "openvino"] + (["executorch"] if importlib.util.find_spec("executorch") else [])
+    quantizing = ["inductor", "ort", "openvino"]
     proc = run_cli("--backends", ",".join(quantizing + ["tvm", "badquant:badquant-bits=2"]),
                    "--workloads", "mlp,conv", "--size", "small", "--dtype", "int8", "--calibration-batches", "2",
                    *FAST, "--output-dir", run_dir, env=_badquant_env(tmp_path))
@@ -217,19 +217,31 @@ def test_a_small_int8_run_through_ort_openvino_inductor_and_executorch_with_the_
         tvm = cells[(workload, "tvm")]
         assert tvm["status"] == "unavailable" and "TVM 0.27" in tvm["error"]
     assert cells[("mlp", "ort")]["settings"]["quantizer"]["per_channel"] is True
-    if "executorch" in quantizing:  # XNNPACKQuantizer, then XNNPACK's int8 kernels
-        for workload in ("mlp", "conv"):
-            cell = cells[(workload, "executorch")]
-            assert list(cell["compile_phases"])[:3] == ["quantize", "export", "lower"]
-            quantizer = cell["settings"]["quantizer"]
-            assert "XNNPACKQuantizer" in quantizer["quantizer"] and quantizer["per_channel"] is True
-            assert quantizer["calibration_batches"] == 2
-            assert cell["info"]["int8_ops"]["quantized_outside_delegates"] == 0, cell["info"]["int8_ops"]
-        # the mlp's GELUs run fp32 on dequantized tensors (XNNPACK has no int8 GELU)
-        assert cells[("mlp", "executorch")]["info"]["int8_ops"] == {"int8": 3, "fp32": 2, "conversions": 15,
-                                                                    "quantized_outside_delegates": 0}
     summary = (run_dir / "summary.md").read_text()
     assert "## int8" in summary and "the same data, by sha256" in summary
+
+
+@needs_executorch
+@pytest.mark.slow  # ExecuTorch's int8 lowering adds most of a minute: the slow tier keeps the default under 20
+def test_a_small_int8_run_through_executorchs_xnnpack_quantizer(tmp_path):
+    """XNNPACKQuantizer, then XNNPACK's int8 kernels, on the same calibration data as eager's."""
+    run_dir = tmp_path / "run"
+    proc = run_cli("--backends", "executorch", "--workloads", "mlp,conv", "--size", "small", "--dtype", "int8",
+                   "--calibration-batches", "2", *FAST, "--output-dir", run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = {(c["workload"], c["backend"]): c for c in load_results(run_dir)["cells"]}
+    for workload in ("mlp", "conv"):
+        cell, eager = cells[(workload, "executorch")], cells[(workload, "eager")]
+        assert cell["status"] == "ok" and cell["numerics_ok"] is True, (workload, cell["error"], cell["numerics_error"])
+        assert cell["settings"]["calibration"]["sha256"] == eager["settings"]["calibration"]["sha256"]
+        assert list(cell["compile_phases"])[:3] == ["quantize", "export", "lower"]
+        quantizer = cell["settings"]["quantizer"]
+        assert "XNNPACKQuantizer" in quantizer["quantizer"] and quantizer["per_channel"] is True
+        assert quantizer["calibration_batches"] == 2
+        assert cell["info"]["int8_ops"]["quantized_outside_delegates"] == 0, cell["info"]["int8_ops"]
+    # the mlp's GELUs run fp32 on dequantized tensors (XNNPACK has no int8 GELU)
+    assert cells[("mlp", "executorch")]["info"]["int8_ops"] == {"int8": 3, "fp32": 2, "conversions": 15,
+                                                                "quantized_outside_delegates": 0}
 
 
 @pytest.mark.slow
