@@ -42,13 +42,14 @@ _LAYOUT = frozenset({"view", "reshape", "permute", "transpose", "expand", "flatt
                      "unbind", "chunk", "narrow", "as_strided", "lift_fresh", "_reshape_alias"})
 
 
-def x86_inductor_quantizer() -> Any:
+def x86_inductor_quantizer(reduced: bool | None = None) -> Any:
     """torchao's X86InductorQuantizer with its default (static, per-channel) config, the
-    range reduced on a CPU without VNNI (``reduce_range``)."""
+    range reduced as ``reduced`` says (None: on a CPU without VNNI, ``reduce_range``)."""
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
 
     quantizer = xiq.X86InductorQuantizer()
-    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config(reduce_range=reduce_range()))
+    config = xiq.get_default_x86_inductor_quantization_config(reduce_range=reduce_range() if reduced is None else reduced)
+    quantizer.set_global(config)
     return quantizer
 
 

@@ -37,19 +37,10 @@ def first(outputs):
 
 
 def pt2e(module, example, batches, reduce_range: bool):
-    import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
-    from torchao.quantization.pt2e import move_exported_model_to_eval
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    """dlcompare's own PT2E path (adapters/pt2e.py), the range reduced as asked."""
+    from adapters import pt2e as dlcompare_pt2e
 
-    quantizer = xiq.X86InductorQuantizer()
-    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config(reduce_range=reduce_range))
-    prepared = prepare_pt2e(torch.export.export(module, tuple(example)).module(), quantizer)
-    with torch.no_grad():
-        for batch in batches:
-            prepared(*batch)
-    converted = convert_pt2e(prepared)
-    move_exported_model_to_eval(converted)
-    return converted
+    return dlcompare_pt2e.quantize(module, example, batches, dlcompare_pt2e.x86_inductor_quantizer(reduce_range))
 
 
 def nncf_model(module, example, batches, overflow_fix: str):
