@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -164,6 +165,17 @@ class Workload:
 
     def with_source(self, source: str) -> "Workload":
         return dataclasses.replace(self, source=source)
+
+
+def lazy(module: str, name: str) -> Callable[..., Any]:
+    """A constructor for ``workloads.<module>.<name>`` that imports the module on its first
+    call: the definitions can name a torch module without importing torch."""
+
+    def construct(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(f"workloads.{module}"), name)(*args, **kwargs)
+
+    construct.__qualname__ = construct.__name__ = name
+    return construct
 
 
 def _valid_init(init: Any) -> bool:
