@@ -68,6 +68,25 @@ def fixtures_dir():
     return FIXTURES
 
 
+def pytest_sessionfinish(session):
+    """An xdist worker hands its fault counts to the controller, which prints the table."""
+    from faults import INJECTED, LOST
+
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["faults"] = json.dumps({"injected": INJECTED, "lost": LOST})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from faults import INJECTED, LOST
+
+    counts = json.loads(getattr(node, "workeroutput", {}).get("faults", "{}"))
+    for kind, n in counts.get("injected", {}).items():
+        INJECTED[kind] += n
+    for kind, n in counts.get("lost", {}).items():
+        LOST[kind] += n
+
+
 def pytest_terminal_summary(terminalreporter):
     from faults import INJECTED, LOST
 
