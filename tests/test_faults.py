@@ -28,8 +28,11 @@ FAULTY = FIXTURES / "faulty_workloads.py"
 
 
 def _start(*args, cwd=ROOT):
+    # Ctrl-C's default action, as a terminal gives it: pytest started in the background by a
+    # non-interactive shell (`... &`) ignores SIGINT, and a child would inherit that.
     return subprocess.Popen([sys.executable, "-m", "compare", *with_test_defaults(args)], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_cells(out: Path, count: int, timeout: float = 180) -> dict:
