@@ -147,3 +147,45 @@ def test_offline_run_records_throughput_and_each_backends_streams(tmp_path):
     assert "throughput_per_s" in (tmp_path / "results.csv").read_text().splitlines()[0]
     assert 'alt="Throughput (offline)"' in (tmp_path / "report.html").read_text()
     assert "throughput (offline)" in proc.stdout
+
+
+def _offline_cell(backend, batch, per_s, ci_half=0.01, workload="mlp", status="ok"):
+    """An offline cell as fill_throughput leaves it: inferences/s at ``batch`` with a
+    relative 95% half-interval ``ci_half``."""
+    from compare.results.schema import Cell
+
+    tp = {"batch": batch, "per_s": per_s, "ci": [per_s * (1 - ci_half), per_s * (1 + ci_half)],
+          "samples_per_s": per_s * batch, "streams": 1, "requests_in_flight": 1, "threads_per_stream": 2,
+          "source": "test", "eager": {"per_s": 100.0}}
+    return Cell(workload, backend, status, batch=batch, throughput=tp if status == "ok" else None)
+
+
+@pytest.mark.unit
+def test_best_batch_per_backend_from_samples_per_s():
+    from compare.report.offline import best_batch_rows
+    from compare.report.text import summary_markdown, throughput_rows
+    from compare.results.schema import RunResults
+
+    cells = [_offline_cell("tvm", 1, 1000.0), _offline_cell("tvm", 8, 400.0), _offline_cell("tvm", 32, 90.0),
+             # inductor peaks at batch 8: 8 x 300 = 2400 samples/s, batch 32's 32 x 74 = 2368 lies within its CI
+             _offline_cell("inductor", 1, 900.0), _offline_cell("inductor", 8, 300.0, 0.05),
+             _offline_cell("inductor", 32, 74.0, 0.05), _offline_cell("inductor", 64, 0.0, status="failed"),
+             _offline_cell("ort", 8, 500.0),  # one batch only: no sweep, no row
+             _offline_cell("tvm", 1, 50.0, workload="conv"), _offline_cell("tvm", 8, 10.0, workload="conv")]
+    run = RunResults(environment={}, config={}, cells=cells)
+    rows = {(r["workload"], r["backend"]): r for r in best_batch_rows(run)}
+    assert set(rows) == {("mlp", "tvm"), ("mlp", "inductor"), ("conv", "tvm")}
+    assert rows["mlp", "tvm"]["best batch"] == 8 and rows["mlp", "tvm"]["samples/s"] == "3200"
+    assert rows["mlp", "tvm"]["samples/s by batch"] == "b1: 1000, b8: 3200, b32: 2880"
+    assert rows["mlp", "tvm"]["within 95% CI"] == "none"
+    assert rows["mlp", "inductor"]["best batch"] == 8 and rows["mlp", "inductor"]["within 95% CI"] == "b32"
+    assert rows["conv", "tvm"]["best batch"] == 8  # 80 samples/s beats 50
+    marked = [(r["workload"], r["backend"]) for r in throughput_rows(run) if r["best batch"] == "best"]
+    assert marked == [("mlp[b8]", "tvm"), ("mlp[b8]", "inductor"), ("conv[b8]", "tvm")]
+    text = summary_markdown(run)
+    assert "## Best batch (offline)" in text and "b1: 1000, b8: 3200, b32: 2880" in text
+    from compare.report.html import render_html
+
+    assert "Best batch (offline)" in render_html(run)
+    single = RunResults(environment={}, config={}, cells=[_offline_cell("tvm", 1, 1000.0)])
+    assert "best batch" not in throughput_rows(single)[0] and "Best batch" not in summary_markdown(single)
