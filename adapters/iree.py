@@ -50,7 +50,7 @@ class IreeCompiled(Compiled):
         self._device = device
         self._keep_alive = keep_alive  # the context and module must outlive the function
         self._profiling = profiling
-        self._streams = streams  # --scenario offline (CPU): each stream's own context's main
+        self._streams = streams  # --scenario offline (CPU): main$async and the streams to keep in flight
 
     def stream_pool(self, prepared: Any) -> StreamPool | None:
         return IreeStreamPool(self._streams, prepared) if self._streams else None
@@ -140,17 +140,21 @@ class IreeStreamPool(StreamPool):
         import iree.runtime as rt
 
         count, semaphores, values = self._streams.count, self._semaphores, self._values
+        # Each stream's last results stay referenced until it completed (as iree-benchmark-module
+        # keeps its invocations' outputs until its completion fence).
+        results: list[Any] = [None] * count
         for i in range(requests):
             stream = i % count
             semaphore, value = semaphores[stream], values[stream]
             semaphore.wait(value)  # this stream's last request completed: at most ``count`` in flight
-            self._invoke(rt.HalFence.create_at(semaphore, value), rt.HalFence.create_at(semaphore, value + 1))
+            results[stream] = self._invoke(rt.HalFence.create_at(semaphore, value),
+                                           rt.HalFence.create_at(semaphore, value + 1))
             values[stream] = value + 1
         for semaphore, value in zip(semaphores, values):
             semaphore.wait(value)
 
-    def _invoke(self, wait: Any, signal: Any) -> None:
-        invoke_async(self._streams, self._inputs, wait, signal)
+    def _invoke(self, wait: Any, signal: Any) -> Any:
+        return invoke_async(self._streams, self._inputs, wait, signal)
 
     def setting(self) -> StreamSetting:
         count, workers = self._streams.count, self._streams.task_workers
@@ -434,8 +438,8 @@ def offline_streams(ctx: CompileContext) -> int:
 def _driver(ctx: CompileContext) -> str:
     if ctx.device == "cuda":
         return "cuda"
-    # local-sync runs each invocation inline on its caller's thread: S streams would compute
-    # on S threads. Offline, the streams share the task workers, one per thread of the run.
+    # local-sync runs each invocation inline, inside invoke: nothing could be in flight beside
+    # it. Offline with several streams, local-task's workers (one per thread) run them.
     return "local-sync" if ctx.threads == 1 and offline_streams(ctx) <= 1 else "local-task"
 
 

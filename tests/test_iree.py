@@ -119,9 +119,10 @@ def test_offline_streams_are_in_flight_at_once_on_a_one_worker_device(tmp_path):
     issue = pool._invoke
 
     def counting_invoke(wait, signal):
-        issue(wait, signal)  # on stream i % 2; is the other stream's last invocation still running?
+        results = issue(wait, signal)  # on stream i % 2; is the other stream's last invocation still running?
         other = 1 - len(both_pending) % 2
         both_pending.append(pool._semaphores[other].query() < pool._values[other])
+        return results
     pool._invoke = counting_invoke
     pool.run_requests(200)
     assert len(both_pending) == 200 and sum(both_pending) > 100, sum(both_pending)

@@ -8,10 +8,9 @@ on a local-task device of ``--threads`` workers:
   "thread-compatible and must be externally synchronized", iree/vm/context.h) over the one
   shared device; counts how many threads were inside ``invoke`` at once (it releases the
   GIL in runtime/bindings/python/vm.cc if that count reaches S);
-- ``async-S``: one context, ``main$async`` (the coarse-fences ABI iree-turbine's torch
-  import emits) on S timelines from one thread, as iree-benchmark-module's
-  ``--batch_concurrency`` does; reports how long ``invoke`` itself took (if it blocks until
-  the work is done, nothing overlaps).
+- ``pool-S``: the adapter's offline pool (adapters/iree.py ``IreeStreamPool``): one context,
+  ``main$async`` (the coarse-fences ABI iree-turbine's torch import emits) on S timelines
+  from one thread, as iree-benchmark-module's ``--batch_concurrency`` does.
 
     flock /work/runs/cpu.lock python scripts/experiments/iree_streams.py --size small --threads 1
 """
@@ -117,35 +116,16 @@ def overlap(intervals: list[tuple[float, float]]) -> tuple[int, float]:
     return most, shared
 
 
-def async_streams(config, context, vm_module, args, streams: int, requests: int) -> tuple[float, float]:
-    import iree.runtime as rt
+def pool_streams(config, context, vm_module, args, streams: int, threads: int, requests: int) -> float:
+    """The adapter's own offline pool: main$async on ``streams`` timelines from this thread."""
+    from adapters.iree import ASYNC_FUNCTION, IreeStreamPool, OfflineStreams
 
-    function = vm_module.lookup_function("main$async")
-    device = config.device
-    semaphores = [device.create_semaphore(0) for _ in range(streams)]
-    values = [0] * streams
-    invoke_s = 0.0
+    function = vm_module.lookup_function(ASYNC_FUNCTION)
+    pool = IreeStreamPool(OfflineStreams(context.vm_context, function, config.device, streams, threads), args)
+    pool.run_requests(streams * 4)  # warm
     start = time.perf_counter()
-    for i in range(requests):
-        j = i % streams
-        wait = rt.HalFence.create_at(semaphores[j], values[j])
-        values[j] += 1
-        signal = rt.HalFence.create_at(semaphores[j], values[j])
-        arg_list = rt.VmVariantList(len(args) + 2)
-        for a in args:
-            arg_list.push_ref(a._buffer_view)
-        arg_list.push_ref(wait)
-        arg_list.push_ref(signal)
-        ret_list = rt.VmVariantList(1)
-        t0 = time.perf_counter()
-        context.vm_context.invoke(function, arg_list, ret_list)
-        invoke_s += time.perf_counter() - t0
-        if i >= streams - 1 and j == streams - 1:  # keep at most `streams` in flight per round
-            for s, v in zip(semaphores, values):
-                s.wait(v)
-    for s, v in zip(semaphores, values):
-        s.wait(v)
-    return time.perf_counter() - start, invoke_s
+    pool.run_requests(requests)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -156,7 +136,8 @@ def main() -> None:
     parser.add_argument("--size", default="small")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--streams", default="2,4")
+    parser.add_argument("--streams", default="1,2,4")
+    parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         vmfb, host_inputs = build_vmfb(args.workload, args.size, args.threads, Path(tmp))
@@ -167,17 +148,16 @@ def main() -> None:
         main_of = [c.modules[vm_module.name]["main"] for c in ctxs]
         print("functions:", vm_module.function_names)
         b2b(main_of[0], inputs, 50)
-        for rep in range(2):
+        for rep in range(args.reps):
             seconds = b2b(main_of[0], inputs, args.requests)
-            print(f"[{rep}] b2b: {args.requests / seconds:.0f} req/s")
+            print(f"[{rep}] b2b (main): {args.requests / seconds:.1f} req/s")
+            for s in counts:
+                seconds = pool_streams(config, ctxs[0], vm_module, inputs, s, args.threads, args.requests)
+                print(f"[{rep}] pool-{s} (main$async on {s} timelines, one thread): {args.requests / seconds:.1f} req/s")
             for s in counts:
                 seconds, most, shared = threaded(main_of[:s], inputs, args.requests)
-                print(f"[{rep}] threads-{s}: {args.requests / seconds:.0f} req/s, at most {most} threads inside "
-                      f"invoke at once, 2+ inside for {shared / seconds:.0%} of the wall time")
-            for s in counts:
-                seconds, invoke_s = async_streams(config, ctxs[0], vm_module, inputs, s, args.requests)
-                print(f"[{rep}] async-{s}: {args.requests / seconds:.0f} req/s, invoke itself {invoke_s / seconds:.0%} "
-                      "of the wall time")
+                print(f"[{rep}] threads-{s} (main on own contexts): {args.requests / seconds:.1f} req/s, at most {most} "
+                      f"threads inside invoke at once, 2+ inside for {shared / seconds:.0%} of the wall time")
 
 
 if __name__ == "__main__":
