@@ -4,6 +4,14 @@ Phases: ``export`` (torch.export + import to MLIR), ``compile`` (MLIR -> .vmfb f
 the host CPU), ``load`` (map the vmfb into a runtime context), ``first_call``.
 The .vmfb is host-CPU specific (``--iree-llvmcpu-target-cpu=host``; without it the
 code was ~6x slower), so its cache key holds the CPU and the compiler version.
+
+``--scenario offline`` (CPU) keeps S invocations in flight (S = ``--iree-offline-streams``,
+default 2) the way IREE's own iree-benchmark-module does with ``--batch_concurrency``: the
+module's coarse-fences entry point ``main$async`` (wait and signal fences after the inputs)
+issued on S timelines from one Python thread, its invoke returning once the work is queued,
+and one local-task device whose task workers, the run's threads, run them all. (S Python
+threads calling the sync ``main``, each on its own context, overlap too, since invoke releases
+the GIL, but were slower than back to back here: scripts/experiments/iree_streams.py.)
 """
 from __future__ import annotations
 
@@ -22,6 +30,8 @@ from .base import (
     Compiled,
     CompileResult,
     DelegatingSession,
+    StreamPool,
+    StreamSetting,
     cuda_arch,
     cuda_arch_option,
     export_dynamic_shapes,
@@ -34,11 +44,16 @@ VMFB = "module.vmfb"
 
 
 class IreeCompiled(Compiled):
-    def __init__(self, function, device, keep_alive, profiling: "IreeProfiling | None" = None):
+    def __init__(self, function, device, keep_alive, profiling: "IreeProfiling | None" = None,
+                 streams: "OfflineStreams | None" = None):
         self._function = function
         self._device = device
         self._keep_alive = keep_alive  # the context and module must outlive the function
         self._profiling = profiling
+        self._streams = streams  # --scenario offline (CPU): main$async and the streams to keep in flight
+
+    def stream_pool(self, prepared: Any) -> StreamPool | None:
+        return IreeStreamPool(self._streams, prepared) if self._streams else None
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         if self._profiling is None:
@@ -77,12 +92,85 @@ class IreeCompiled(Compiled):
         return [torch.from_numpy(outputs.to_host().copy())]
 
 
+ASYNC_FUNCTION = "main$async"  # iree-turbine's torch import emits it beside ``main`` (the coarse-fences ABI)
+
+
+@dataclass(frozen=True)
+class OfflineStreams:
+    """--scenario offline: the module's ``main$async`` in the cell's context, its device,
+    the streams to keep in flight and the device's task workers."""
+
+    context: Any  # the VmContext ``main`` runs in (one thread issues every invocation)
+    function: Any  # the VmFunction ``main$async``
+    device: Any
+    count: int
+    task_workers: int
+
+
+def invoke_async(streams: OfflineStreams, inputs: Sequence[Any], wait: Any, signal: Any) -> Any:
+    """One coarse-fences invocation: its work is queued after ``wait`` and signals ``signal``
+    when its results are ready; returns the result list (valid once signalled). ``invoke``
+    returns once the work is queued, not done (IREE's task workers run it)."""
+    import iree.runtime as rt
+
+    arg_list = rt.VmVariantList(len(inputs) + 2)
+    for view in inputs:
+        arg_list.push_ref(view)
+    arg_list.push_ref(wait)
+    arg_list.push_ref(signal)
+    results = rt.VmVariantList(1)
+    streams.context.invoke(streams.function, arg_list, results)
+    return results
+
+
+class IreeStreamPool(StreamPool):
+    """IREE's own way of keeping several invocations in flight (iree-benchmark-module's
+    ``--batch_concurrency``): ``main$async`` on S timelines, one semaphore each, every
+    invocation queued after its stream's previous one. Before issuing on a stream the host
+    waits for that stream's previous request, so at most S are in flight; one Python thread
+    keeps them queued while the task workers run them."""
+
+    def __init__(self, streams: OfflineStreams, prepared: Any):
+        self._streams = streams
+        self._inputs = [array._buffer_view for array in prepared]  # the uploaded DeviceArrays' HalBufferViews
+        self._semaphores = [streams.device.create_semaphore(0) for _ in range(streams.count)]
+        self._values = [0] * streams.count  # each timeline's last signalled-to value
+
+    def run_requests(self, requests: int) -> None:
+        import iree.runtime as rt
+
+        count, semaphores, values = self._streams.count, self._semaphores, self._values
+        # Each stream's last results stay referenced until it completed (as iree-benchmark-module
+        # keeps its invocations' outputs until its completion fence).
+        results: list[Any] = [None] * count
+        for i in range(requests):
+            stream = i % count
+            semaphore, value = semaphores[stream], values[stream]
+            semaphore.wait(value)  # this stream's last request completed: at most ``count`` in flight
+            results[stream] = self._invoke(rt.HalFence.create_at(semaphore, value),
+                                           rt.HalFence.create_at(semaphore, value + 1))
+            values[stream] = value + 1
+        for semaphore, value in zip(semaphores, values):
+            semaphore.wait(value)
+
+    def _invoke(self, wait: Any, signal: Any) -> Any:
+        return invoke_async(self._streams, self._inputs, wait, signal)
+
+    def setting(self) -> StreamSetting:
+        count, workers = self._streams.count, self._streams.task_workers
+        return StreamSetting(streams=count, requests_in_flight=count, threads_per_stream=None,
+                             source=f"dlcompare's choice (--iree-offline-streams {count}): {ASYNC_FUNCTION} on {count} "
+                                    f"timelines from one Python thread, as iree-benchmark-module's "
+                                    f"--batch_concurrency; one local-task device's {workers} task workers run them all")
+
+
 # Decided by the A/B sweep in docs/results/2026-12-01-xeon-backend-configs.md
 # (scripts/experiments/iree_sweep.py): data tiling, as IREE's CPU guide says (mlp 0.64x ->
 # 0.89x, attention 0.51x -> 0.74x), but not its O2: O2's aggressive dispatch fusion made
 # norm_residual (1 dispatch instead of 8) and attention about 2.8x slower than O0.
 DEFAULT_OPT_LEVEL = "O0"
 DEFAULT_DATA_TILING = True
+DEFAULT_OFFLINE_STREAMS = 2
 GUIDE_DEVIATION = ("--iree-opt-level=O0, not the CPU guide's O2: at O2 norm_residual ran 2.8x and attention "
                    "2.8x slower here (A/B in docs/results/2026-12-01-xeon-backend-configs.md)")
 
@@ -105,6 +193,10 @@ class IreeOptions(BackendOptions):
     iree_allocator: str = option("default", "the runtime's device allocator: IREE's default, or 'caching' as IREE's "
                                  "benchmark configs run it (default: default)", flag="iree-allocator",
                                  choices=("default", "caching"))
+    iree_offline_streams: int = option(DEFAULT_OFFLINE_STREAMS, "--scenario offline: invocations in flight, "
+                                       "main$async on one timeline each, on one device whose task workers are the "
+                                       f"run's threads (default {DEFAULT_OFFLINE_STREAMS})",
+                                       flag="iree-offline-streams", kind="positive_int", metavar="S")
 
 
 def compile_flags(ctx: CompileContext) -> list[str]:
@@ -145,6 +237,11 @@ class IreeBackend(Backend):
         if driver == "local-task":
             out["task_topology_group_count"] = ctx.threads
         out["device_allocator"] = _options(ctx).iree_allocator
+        if offline_streams(ctx):
+            out.update({"offline_streams": offline_streams(ctx),
+                        "offline_driver": f"{ASYNC_FUNCTION} on one timeline per stream from one Python thread "
+                                          "(iree-benchmark-module's --batch_concurrency), one invocation in flight "
+                                          "on each, the local-task device's workers shared by all"})
         return out
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
@@ -190,12 +287,13 @@ class IreeBackend(Backend):
             context.add_vm_module(vm_module)
             module_name = vm_module.name
             function = context.modules[module_name]["main"]
+            streams = _offline_streams(config, vm_module, context, ctx)
         ctx.info["driver"] = driver
         if driver == "local-task":
             ctx.info["task_workers_observed"] = iree_worker_threads()
         profiling = (IreeProfiling(vmfb, driver, ctx.threads, ctx.work_dir, _options(ctx).iree_allocator)
                      if ctx.device == "cpu" else None)
-        return IreeCompiled(function, config.device, (context, vm_module, config), profiling)
+        return IreeCompiled(function, config.device, (context, vm_module, config), profiling, streams)
 
     @classmethod
     def _export_and_compile(cls, module, example_inputs, ctx: CompileContext, vmfb: Path, dynamic_shapes=None) -> None:
@@ -212,6 +310,18 @@ class IreeBackend(Backend):
                 with compiler_errors(ctx.work_dir):
                     exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
             os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one
+
+
+def _offline_streams(config, vm_module, context, ctx: CompileContext) -> OfflineStreams | None:
+    """--scenario offline: ``main$async`` in the cell's context; None otherwise."""
+    count = offline_streams(ctx)
+    if not count:
+        return None
+    function = vm_module.lookup_function(ASYNC_FUNCTION)
+    if function is None:  # not from iree-turbine's torch import: no coarse-fences entry point
+        raise RuntimeError(f"--scenario offline: the module has no {ASYNC_FUNCTION} "
+                           f"(it exports {', '.join(vm_module.function_names)})")
+    return OfflineStreams(context.vm_context, function, config.device, count, ctx.threads)
 
 
 def first_error(diagnostics: str) -> str | None:
@@ -318,10 +428,19 @@ def _dispatch_rows(bundle: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
 
 
+def offline_streams(ctx: CompileContext) -> int:
+    """--scenario offline on the CPU: the invocations kept in flight; 0 otherwise."""
+    if ctx.scenario != "offline" or ctx.device != "cpu":
+        return 0
+    return _options(ctx).iree_offline_streams
+
+
 def _driver(ctx: CompileContext) -> str:
     if ctx.device == "cuda":
         return "cuda"
-    return "local-sync" if ctx.threads == 1 else "local-task"
+    # local-sync runs each invocation inline, inside invoke: nothing could be in flight beside
+    # it. Offline with several streams, local-task's workers (one per thread) run them.
+    return "local-sync" if ctx.threads == 1 and offline_streams(ctx) <= 1 else "local-task"
 
 
 def _options(ctx: CompileContext) -> IreeOptions:

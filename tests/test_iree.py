@@ -92,3 +92,58 @@ def test_a_compile_error_costs_its_cell_with_the_compilers_reason_in_one_line(tm
     failed = cells[limited]
     assert failed["status"] == "failed" and "\n" not in failed["error"]
     assert "iree-compile error: 'func.func' op exceeded stack allocation limit of 16 bytes" in failed["error"]
+
+
+def test_offline_streams_are_in_flight_at_once_on_a_one_worker_device(tmp_path):
+    """Two timelines of main$async on one task worker, in this process: right after an
+    invocation is issued, the other stream's is usually still running (invoke returned
+    once the work was queued), and an invocation through the pool's path computes the model."""
+    import iree.runtime as rt
+    import torch
+
+    from adapters.base import CompileContext
+    from adapters.iree import IreeBackend, IreeOptions, invoke_async
+    from workloads.nets.survey import MLP
+
+    torch.manual_seed(0)
+    model = MLP(256, 1024).eval()  # about 1 ms a call on one worker: long enough to overlap the issuing
+    inputs = [torch.randn(64, 256)]
+    ctx = CompileContext("mlp", "mlp-offline-test", "cpu", 1, tmp_path, scenario="offline",
+                         options=IreeOptions(iree_offline_streams=2))
+    compiled = IreeBackend().compile(model, inputs, ctx).compiled
+    assert ctx.info["driver"] == "local-task"  # one worker; local-sync would run each call inline
+    prepared = compiled.prepare(inputs)
+    pool = compiled.stream_pool(prepared)
+    assert pool is not None and pool.setting().streams == 2
+    both_pending = []
+    issue = pool._invoke
+
+    def counting_invoke(wait, signal):
+        results = issue(wait, signal)  # on stream i % 2; is the other stream's last invocation still running?
+        other = 1 - len(both_pending) % 2
+        both_pending.append(pool._semaphores[other].query() < pool._values[other])
+        return results
+    pool._invoke = counting_invoke
+    pool.run_requests(200)
+    assert len(both_pending) == 200 and sum(both_pending) > 100, sum(both_pending)
+
+    semaphore = compiled._device.create_semaphore(0)
+    results = invoke_async(pool._streams, pool._inputs, rt.HalFence.create_at(semaphore, 0),
+                           rt.HalFence.create_at(semaphore, 1))
+    semaphore.wait(1)
+    output = rt.DeviceArray(compiled._device, results.get_as_object(0, rt.HalBufferView)).to_host()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(output.copy()), model(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_offline_run_keeps_two_invocations_in_flight(tmp_path):
+    proc = run_cli("--scenario", "offline", "--backends", "iree", "--workloads", "mlp", "--size", "small",
+                   "--threads", "2", *FAST, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree")
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True, cell
+    tp = cell["throughput"]
+    assert (tp["streams"], tp["requests_in_flight"], tp["threads_per_stream"]) == (2, 2, None)
+    assert tp["per_s"] > 0 and "--iree-offline-streams 2" in tp["source"] and "2 task workers" in tp["source"]
+    assert cell["settings"]["offline_streams"] == 2 and cell["settings"]["driver"] == "local-task"
+    assert cell["info"]["task_workers_observed"] == 2  # the streams share the run's workers, add none

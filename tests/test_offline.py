@@ -147,3 +147,105 @@ def test_offline_run_records_throughput_and_each_backends_streams(tmp_path):
     assert "throughput_per_s" in (tmp_path / "results.csv").read_text().splitlines()[0]
     assert 'alt="Throughput (offline)"' in (tmp_path / "report.html").read_text()
     assert "throughput (offline)" in proc.stdout
+
+
+@pytest.mark.unit
+def test_iree_pool_keeps_one_invocation_in_flight_per_timeline():
+    """The pool's issue loop against IREE's real semaphores and fences, with a fake device:
+    each invocation signals its fence 5 ms after it was issued, from another thread."""
+    import threading
+    from types import SimpleNamespace
+
+    iree_runtime = pytest.importorskip("iree.runtime")
+    from adapters.iree import IreeStreamPool, OfflineStreams
+
+    lock, pending, most, issued = threading.Lock(), [0], [0], []
+
+    class FakeDevicePool(IreeStreamPool):
+        def _invoke(self, wait, signal):
+            assert self._inputs == ["view"]
+            with lock:
+                pending[0] += 1
+                most[0] = max(most[0], pending[0])
+                issued.append(wait)
+
+            def done():
+                with lock:
+                    pending[0] -= 1
+                signal.signal()
+            threading.Timer(0.005, done).start()
+
+    device = iree_runtime.Config("local-sync").device
+    streams = OfflineStreams(context=None, function=None, device=device, count=3, task_workers=2)
+    pool = FakeDevicePool(streams, [SimpleNamespace(_buffer_view="view")])
+    start = time.perf_counter()
+    pool.run_requests(12)
+    elapsed = time.perf_counter() - start
+    assert len(issued) == 12 and pending[0] == 0  # every one issued, and completed on return
+    assert most[0] == 3  # three in flight at once, never more
+    assert elapsed < 12 * 0.005  # 4 rounds of 3 at once (about 20 ms), not 12 one after another
+    pool.run_requests(3)  # the timelines go on from where they were
+    assert pool._values == [5, 5, 5]
+    setting = pool.setting()
+    assert (setting.streams, setting.requests_in_flight, setting.threads_per_stream) == (3, 3, None)
+    assert "--iree-offline-streams 3" in setting.source and "2 task workers" in setting.source
+
+
+@pytest.mark.unit
+def test_iree_offline_streams_share_a_task_device(tmp_path):
+    from adapters.iree import IreeBackend, IreeOptions, offline_streams
+
+    def ctx(threads, streams=2, scenario="offline", device="cpu"):
+        return CompileContext("w", "k", device, threads, tmp_path, scenario=scenario,
+                              options=IreeOptions(iree_offline_streams=streams))
+
+    assert offline_streams(ctx(2)) == 2 and offline_streams(ctx(2, 3)) == 3
+    assert offline_streams(ctx(2, scenario="back-to-back")) == 0 and offline_streams(ctx(2, device="cuda")) == 0
+    settings = IreeBackend().settings(ctx(1))
+    # one thread, two streams: local-task's one worker, never local-sync's inline calls on two threads
+    assert settings["driver"] == "local-task" and settings["task_topology_group_count"] == 1
+    assert settings["offline_streams"] == 2
+    assert IreeBackend().settings(ctx(1, streams=1))["driver"] == "local-sync"
+    assert "offline_streams" not in IreeBackend().settings(ctx(2, scenario="back-to-back"))
+
+
+def _offline_cell(backend, batch, per_s, ci_half=0.01, workload="mlp", status="ok"):
+    """An offline cell as fill_throughput leaves it: inferences/s at ``batch`` with a
+    relative 95% half-interval ``ci_half``."""
+    from compare.results.schema import Cell
+
+    tp = {"batch": batch, "per_s": per_s, "ci": [per_s * (1 - ci_half), per_s * (1 + ci_half)],
+          "samples_per_s": per_s * batch, "streams": 1, "requests_in_flight": 1, "threads_per_stream": 2,
+          "source": "test", "eager": {"per_s": 100.0}}
+    return Cell(workload, backend, status, batch=batch, throughput=tp if status == "ok" else None)
+
+
+@pytest.mark.unit
+def test_best_batch_per_backend_from_samples_per_s():
+    from compare.report.offline import best_batch_rows
+    from compare.report.text import summary_markdown, throughput_rows
+    from compare.results.schema import RunResults
+
+    cells = [_offline_cell("tvm", 1, 1000.0), _offline_cell("tvm", 8, 400.0), _offline_cell("tvm", 32, 90.0),
+             # inductor peaks at batch 8: 8 x 300 = 2400 samples/s, batch 32's 32 x 74 = 2368 lies within its CI
+             _offline_cell("inductor", 1, 900.0), _offline_cell("inductor", 8, 300.0, 0.05),
+             _offline_cell("inductor", 32, 74.0, 0.05), _offline_cell("inductor", 64, 0.0, status="failed"),
+             _offline_cell("ort", 8, 500.0),  # one batch only: no sweep, no row
+             _offline_cell("tvm", 1, 50.0, workload="conv"), _offline_cell("tvm", 8, 10.0, workload="conv")]
+    run = RunResults(environment={}, config={}, cells=cells)
+    rows = {(r["workload"], r["backend"]): r for r in best_batch_rows(run)}
+    assert set(rows) == {("mlp", "tvm"), ("mlp", "inductor"), ("conv", "tvm")}
+    assert rows["mlp", "tvm"]["best batch"] == 8 and rows["mlp", "tvm"]["samples/s"] == "3200"
+    assert rows["mlp", "tvm"]["samples/s by batch"] == "b1: 1000, b8: 3200, b32: 2880"
+    assert rows["mlp", "tvm"]["within 95% CI"] == "none"
+    assert rows["mlp", "inductor"]["best batch"] == 8 and rows["mlp", "inductor"]["within 95% CI"] == "b32"
+    assert rows["conv", "tvm"]["best batch"] == 8  # 80 samples/s beats 50
+    marked = [(r["workload"], r["backend"]) for r in throughput_rows(run) if r["best batch"] == "best"]
+    assert marked == [("mlp[b8]", "tvm"), ("mlp[b8]", "inductor"), ("conv[b8]", "tvm")]
+    text = summary_markdown(run)
+    assert "## Best batch (offline)" in text and "b1: 1000, b8: 3200, b32: 2880" in text
+    from compare.report.html import render_html
+
+    assert "Best batch (offline)" in render_html(run)
+    single = RunResults(environment={}, config={}, cells=[_offline_cell("tvm", 1, 1000.0)])
+    assert "best batch" not in throughput_rows(single)[0] and "Best batch" not in summary_markdown(single)

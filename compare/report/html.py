@@ -14,6 +14,7 @@ import pandas as pd
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
+from compare.report.offline import BEST_BATCH_NOTE, best_batch_rows
 from compare.report.server import SERVER_NOTE, server_rows
 from compare.report.text import (
     REQUEST_NOTE,
@@ -398,6 +399,8 @@ def render_html(results: RunResults) -> str:
         request_note=REQUEST_NOTE,
         throughput_table=pd.DataFrame(tp).to_html(index=False, escape=True) if (tp := throughput_rows(results)) else None,
         throughput_note=THROUGHPUT_NOTE,
+        best_batch_table=pd.DataFrame(bb).to_html(index=False, escape=True) if (bb := best_batch_rows(results)) else None,
+        best_batch_note=BEST_BATCH_NOTE,
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
         else None, calibration_line=calibration_line(results),
         server_table=pd.DataFrame(served).to_html(index=False, escape=True) if (served := server_rows(results)) else None,

@@ -11,6 +11,7 @@ from compare.measure.stats import geometric_mean
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
+from compare.report.offline import BEST_BATCH_NOTE, best_batch_cells, best_batch_rows
 from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
@@ -404,8 +405,10 @@ def _rate(value: float | None) -> str:
 
 def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
     """Offline: per cell, inferences/s with its interval, samples/s at the batch, the
-    streams and requests in flight the backend ran with, eager's inferences/s beside it."""
+    streams and requests in flight the backend ran with, eager's inferences/s beside it;
+    with a batch sweep, a 'best batch' column marks each backend's most samples/s."""
     rows = []
+    best = best_batch_cells(results)
     for cell in results.cells:
         tp = cell.throughput
         if not tp:
@@ -418,6 +421,8 @@ def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
                      "in flight": tp.get("requests_in_flight"), "threads/stream": threads or "-",
                      "eager inferences/s": _rate((tp.get("eager") or {}).get("per_s")),
                      "x eager": f"{cell.speedup:.2f}" if cell.speedup else "-", "how": tp.get("source", "")})
+        if best:
+            rows[-1]["best batch"] = "best" if id(cell) in best else ""
     return rows
 
 
@@ -474,6 +479,10 @@ def summary_markdown(results: RunResults) -> str:
     if throughput:
         lines += ["", "## Throughput (offline)", "", pd.DataFrame(throughput).to_markdown(index=False),
                   "", THROUGHPUT_NOTE]
+    best_batches = best_batch_rows(results)
+    if best_batches:
+        lines += ["", "## Best batch (offline)", "", pd.DataFrame(best_batches).to_markdown(index=False),
+                  "", BEST_BATCH_NOTE]
     lines += int8_markdown(results)
     lines += server_markdown(results)
     lines += explain_markdown(results)
@@ -524,9 +533,10 @@ def rich_extra_tables(results: RunResults) -> list:
     """The tables printed below the cells: geometric means, per-request latency, decode,
     throughput, server."""
     geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
-    throughput, served = throughput_rows(results), server_rows(results)
+    throughput, served, best = throughput_rows(results), server_rows(results), best_batch_rows(results)
     return ([geo] if geo is not None else []) + (
         [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
         [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
         [_rich_rows_table("throughput (offline)", throughput)] if throughput else []) + (
+        [_rich_rows_table("best batch (offline): the most samples/s per backend", best)] if best else []) + (
         [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])
