@@ -237,8 +237,8 @@ class IreeBackend(Backend):
         if driver == "local-task":
             out["task_topology_group_count"] = ctx.threads
         out["device_allocator"] = _options(ctx).iree_allocator
-        if offline_streams(ctx):
-            out.update({"offline_streams": offline_streams(ctx),
+        if streams := offline_streams(ctx):
+            out.update({"offline_streams": streams,
                         "offline_driver": f"{ASYNC_FUNCTION} on one timeline per stream from one Python thread "
                                           "(iree-benchmark-module's --batch_concurrency), one invocation in flight "
                                           "on each, the local-task device's workers shared by all"})
