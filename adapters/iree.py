@@ -123,6 +123,12 @@ def invoke_async(streams: OfflineStreams, inputs: Sequence[Any], wait: Any, sign
     return results
 
 
+# How --scenario offline drives IREE: said once, for the settings and the throughput's source.
+OFFLINE_DRIVER = (f"{ASYNC_FUNCTION} on one timeline per stream from one Python thread (iree-benchmark-module's "
+                  "--batch_concurrency), one invocation in flight on each, the local-task device's task workers "
+                  "shared by all")
+
+
 class IreeStreamPool(StreamPool):
     """IREE's own way of keeping several invocations in flight (iree-benchmark-module's
     ``--batch_concurrency``): ``main$async`` on S timelines, one semaphore each, every
@@ -159,9 +165,8 @@ class IreeStreamPool(StreamPool):
     def setting(self) -> StreamSetting:
         count, workers = self._streams.count, self._streams.task_workers
         return StreamSetting(streams=count, requests_in_flight=count, threads_per_stream=None,
-                             source=f"dlcompare's choice (--iree-offline-streams {count}): {ASYNC_FUNCTION} on {count} "
-                                    f"timelines from one Python thread, as iree-benchmark-module's "
-                                    f"--batch_concurrency; one local-task device's {workers} task workers run them all")
+                             source=f"dlcompare's choice (--iree-offline-streams {count}): {OFFLINE_DRIVER}; "
+                                    f"{workers} task workers")
 
 
 # Decided by the A/B sweep in docs/results/2026-12-01-xeon-backend-configs.md
@@ -238,10 +243,7 @@ class IreeBackend(Backend):
             out["task_topology_group_count"] = ctx.threads
         out["device_allocator"] = _options(ctx).iree_allocator
         if streams := offline_streams(ctx):
-            out.update({"offline_streams": streams,
-                        "offline_driver": f"{ASYNC_FUNCTION} on one timeline per stream from one Python thread "
-                                          "(iree-benchmark-module's --batch_concurrency), one invocation in flight "
-                                          "on each, the local-task device's workers shared by all"})
+            out.update({"offline_streams": streams, "offline_driver": OFFLINE_DRIVER})
         return out
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
