@@ -399,20 +399,37 @@ def nncf_quantize(model, ctx: CompileContext):
 
 def runtime_precisions(compiled) -> dict[str, int]:
     """How many layers of the CPU plugin's runtime model execute in int8 (``runtimePrecision``
-    i8/u8) and how many in floating point; Reorders (conversions) apart."""
-    counts = {"int8": 0, "fp32": 0, "conversions": 0}
+    i8/u8) and how many in floating point; Reorders (conversions) apart. On AVX-512 the
+    plugin may fuse a chain of quantized MatMuls into one snippets ``Subgraph`` whose
+    precision is its f32 output: its int8 ops are the low-precision transformations'
+    MatMuls inside it, each followed by a ``DequantizationMultiply`` (``int8_fused``)."""
+    counts = {"int8": 0, "fp32": 0, "conversions": 0, "int8_fused": 0}
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         layer, precision = info["layerType"].astype(str), info["runtimePrecision"].astype(str).lower()
         if layer in NON_COMPUTE_LAYERS:
             continue
+        fused = _fused_int8_ops(op, info) if layer == "Subgraph" else 0
         if layer == "Reorder":
             counts["conversions"] += 1
         elif precision in ("i8", "u8"):
             counts["int8"] += 1
+        elif fused:
+            counts["int8"] += fused
+            counts["int8_fused"] += fused
         else:
             counts["fp32"] += 1
     return counts
+
+
+def _fused_int8_ops(op, info) -> int:
+    """The int8 MatMuls and Convolutions inside a fused layer fed int8 data (0 otherwise)."""
+    import openvino as ov
+
+    if not any(op.input(k).get_element_type() in (ov.Type.i8, ov.Type.u8) for k in range(op.get_input_size())):
+        return 0
+    names = info["originalLayersNames"].astype(str).split(",") if "originalLayersNames" in info else []
+    return sum(name.endswith("/DequantizationMultiply") for name in names)
 
 
 def cell_precision(module, example_inputs) -> tuple[str, Any]:

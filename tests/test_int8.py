@@ -312,3 +312,60 @@ def test_int8_ops_are_counted_by_op_name_not_by_substring():
     assert kinds == {"x": None, "dequantize_per_tensor_default": "conversions", "cat_default": "int8",
                      "sqrt_default": "fp32", "view_copy_default": None}, kinds
     assert op_name(view.target) == "view" and op_name(torch.ops.aten.linear.default) == "linear"
+
+
+
+@pytest.mark.parametrize("snippets", ["default", "DISABLE"])
+def test_openvino_counts_int8_matmuls_fused_into_a_snippets_subgraph_or_not(tmp_path, snippets):
+    """On AVX-512 the CPU plugin fuses a quantized MLP into one snippets Subgraph whose
+    precision is its f32 output (seen on Zen 4); its three int8 MatMuls still count as int8.
+    SNIPPETS_MODE DISABLE gives AVX2's path on any CPU: three FullyConnected layers in i8."""
+    pytest.importorskip("nncf")
+    import openvino as ov
+    import torch
+
+    from adapters.base import CompileContext
+    from adapters.openvino import OpenVinoBackend, nncf_quantize, runtime_precisions
+    from workloads.nets.survey import MLP
+
+    torch.manual_seed(0)
+    ctx = CompileContext("mlp", "mlp-int8-test", "cpu", 2, tmp_path, calibration=[[torch.randn(4, 32)] for _ in range(2)])
+    model = OpenVinoBackend._convert(ov, MLP(32, 64).eval(), [torch.randn(4, 32)], ctx, "fp32", static=True)
+    config = {"INFERENCE_NUM_THREADS": 2, **({"SNIPPETS_MODE": snippets} if snippets != "default" else {})}
+    counts = runtime_precisions(ov.Core().compile_model(nncf_quantize(model, ctx), "CPU", config))
+    assert counts["int8"] == 3, counts  # beside them, unfused, the input's FakeQuantize in f32
+    assert counts["int8_fused"] in ((0, 3) if snippets == "default" else (0,)), counts
+
+
+@pytest.mark.unit
+def test_a_fused_subgraph_counts_its_dequantized_ops_as_int8_only_when_fed_int8():
+    """The Subgraph branch of the count without a CPU that fuses (AVX2): faked runtime ops."""
+    import openvino as ov
+
+    from adapters.openvino import runtime_precisions
+
+    class Text(str):
+        def astype(self, _):
+            return str(self)
+
+    class Op:
+        def __init__(self, layer, precision, inputs=(), names=""):
+            self.info = {"layerType": Text(layer), "runtimePrecision": Text(precision),
+                         "originalLayersNames": Text(names)}
+            self.inputs = [type("Port", (), {"get_element_type": lambda self, t=t: t})() for t in inputs]
+
+        def get_rt_info(self):
+            return self.info
+
+        def get_input_size(self):
+            return len(self.inputs)
+
+        def input(self, k):
+            return self.inputs[k]
+
+    names = "x/fq,fc1/MatMul,fc1/MatMul/DequantizationMultiply,gelu,fc2/MatMul,fc2/MatMul/DequantizationMultiply"
+    ops = [Op("Input", "f32"), Op("Subgraph", "f32", [ov.Type.f32, ov.Type.i8], names),
+           Op("Subgraph", "f32", [ov.Type.f32, ov.Type.f32], names), Op("Reorder", "f32"), Op("FullyConnected", "u8")]
+    compiled = type("Compiled", (), {"get_runtime_model": lambda self: type(
+        "Model", (), {"get_ordered_ops": lambda self: ops})()})()
+    assert runtime_precisions(compiled) == {"int8": 3, "fp32": 1, "conversions": 1, "int8_fused": 2}
