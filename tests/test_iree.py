@@ -125,7 +125,10 @@ def test_offline_streams_are_in_flight_at_once_on_a_one_worker_device(tmp_path):
         return results
     pool._invoke = counting_invoke
     pool.run_requests(200)
-    assert len(both_pending) == 200 and sum(both_pending) > 100, sum(both_pending)
+    # A pool that waited for each invocation would find the other stream idle every time (0).
+    # How often it is still running depends on the CPU and the load: 41 % beside the other
+    # xdist worker on a Zen 4 (CI at dd5001f), more than half when idle.
+    assert len(both_pending) == 200 and sum(both_pending) > 20, sum(both_pending)
 
     semaphore = compiled._device.create_semaphore(0)
     results = invoke_async(pool._streams, pool._inputs, rt.HalFence.create_at(semaphore, 0),
