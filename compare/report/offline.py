@@ -8,8 +8,8 @@ from typing import Any
 
 from compare.results.schema import Cell, RunResults, variant_label
 
-BEST_BATCH_NOTE = ("Best batch: per workload, precision and backend timed offline at several batches (--batch "
-                   "1,8,32), the batch with the most samples/s (inferences/s x batch, from each batch's own cell), "
+BEST_BATCH_NOTE = ("Best batch: per workload, precision and backend timed offline at several batches (the run's "
+                   "--batch list), the batch with the most samples/s (inferences/s x batch, from each batch's own cell), "
                    "i.e. the batch this backend would choose for throughput. 'within 95% CI' names a batch whose "
                    "samples/s interval overlaps the best one's: the two are not told apart by this run.")
 
