@@ -409,12 +409,11 @@ def runtime_precisions(compiled) -> dict[str, int]:
         layer, precision = info["layerType"].astype(str), info["runtimePrecision"].astype(str).lower()
         if layer in NON_COMPUTE_LAYERS:
             continue
-        fused = _fused_int8_ops(op, info) if layer == "Subgraph" else 0
         if layer == "Reorder":
             counts["conversions"] += 1
         elif precision in ("i8", "u8"):
             counts["int8"] += 1
-        elif fused:
+        elif layer == "Subgraph" and (fused := _fused_int8_ops(op, info)):
             counts["int8"] += fused
             counts["int8_fused"] += fused
         else:

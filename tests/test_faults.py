@@ -93,8 +93,8 @@ def test_an_interrupted_pass_leaves_partial_cells_that_resume_completes(tmp_path
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert _cells_by_key(load_results(out))[("fine", "eager")]["transient"] is True  # kept as it was
-    # 30 s: the fine cell runs again in full, and beside the other xdist worker's compiles a
-    # worker's start alone outlasted a 5 s timeout (CI at 8b15d16)
+    # 30 s: the fine cell runs again in full. At 5 s it ended not ok in CI (8b15d16), beside
+    # the other xdist worker's compiles; a timeout is the likely cause, not reproduced here.
     resumed = run_cli("--resume", out, "--timeout", "30", "--processes", "2", "--quiet")
     assert resumed.returncode == 1, resumed.stderr
     cells = _cells_by_key(load_results(out))

@@ -314,7 +314,6 @@ def test_int8_ops_are_counted_by_op_name_not_by_substring():
     assert op_name(view.target) == "view" and op_name(torch.ops.aten.linear.default) == "linear"
 
 
-
 @pytest.mark.parametrize("snippets", ["default", "DISABLE"])
 def test_openvino_counts_int8_matmuls_fused_into_a_snippets_subgraph_or_not(tmp_path, snippets):
     """On AVX-512 the CPU plugin fuses a quantized MLP into one snippets Subgraph whose
