@@ -104,3 +104,84 @@ def test_default_schedules_off_keeps_the_naked_build_and_says_so(last_token):
         built = _TvmBase.cpu_default_schedules(naked, target, ctx)
         assert ctx.info["unscheduled_functions"] == left == unscheduled(built)
         assert ctx.info["default_scheduled"] == sorted(set(unscheduled(naked)) - set(left))
+
+
+class Embedding(torch.nn.Module):
+    """One token's embedding row: the gather that GPT-2's decode step starts with."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(16, 8)
+
+    def forward(self, ids):
+        return self.table(ids)
+
+
+def _prepacked_gather(keep_gathers: bool):
+    """The embedding built as a tuned CPU build would be: layout-free marks, the take's loops
+    fused, parallel and vectorized, MetaSchedule's RewriteLayout, then the prepacking passes."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from adapters.tvm.backend import _TvmBase, keep_gathers_in_layout
+    from adapters.tvm.schedules import default_cpu_schedules
+
+    torch.manual_seed(0)
+    module, ids = Embedding().eval(), torch.tensor([[3]])
+    target, _ = _TvmBase.host_target(1)
+    with target:
+        mod = tvm.transform.Sequential([relax.pipeline.zero_pipeline(), relax.transform.AttachAttrLayoutFreeBuffers()])(
+            _relax(module, [ids], canonicalize=False))
+    skipped = keep_gathers_in_layout(mod) if keep_gathers else []
+    (gvar,) = [g for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "T_take" in str(f)]
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": mod[gvar]}))
+    outer, inner = sch.split(sch.fuse(*sch.get_loops(sch.get_sblock("T_take"))), [None, 8])
+    sch.parallel(outer)
+    sch.vectorize(inner)
+    assert ms.postproc.RewriteLayout().apply(sch)
+    mod[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    with target:
+        mod = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams(),
+                                        relax.transform.FoldConstant()])(mod)
+    vm = relax.VirtualMachine(tvm.compile(default_cpu_schedules(mod, target), target=target), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(ids.numpy())).numpy()
+    with torch.no_grad():
+        return got, module(ids).numpy(), module.table.weight[-1].numpy(), skipped
+
+
+def test_upstream_gather_layout_rewrite_bug_is_still_there():
+    """When this fails, RewriteLayout handles a gather's table: keep_gathers_in_layout can go."""
+    got, expected, last_row, _ = _prepacked_gather(keep_gathers=False)
+    assert not np.allclose(got, expected), "TVM's RewriteLayout now keeps a gathered row"
+    np.testing.assert_array_equal(got[0, 0], last_row)  # the failure as found: every id reads the last row
+
+
+def test_gathers_keep_their_layout_and_read_the_right_row():
+    got, expected, _, skipped = _prepacked_gather(keep_gathers=True)
+    assert len(skipped) == 1 and skipped[0].startswith("take")
+    np.testing.assert_allclose(got, expected, rtol=0, atol=0)
+
+
+def test_tuning_prepares_the_decode_step_with_gathers_unpacked_and_gemms_prepacked(tmp_path):
+    import tvm
+
+    from adapters.base import CompileContext
+    from adapters.tvm.backend import OPAQUE_PATTERN, TvmBackend, TvmOptions
+    from workloads.nets.llm import DecoderLM
+
+    torch.manual_seed(0)
+    lm = DecoderLM(32, 16, 2, 1, 8).eval()
+    with torch.no_grad():
+        logits, keys, values = lm.prefill_module()(torch.randint(0, 32, (1, 4)))
+    examples = [logits.argmax(-1, keepdim=True), torch.tensor([4]), keys, values]
+    ctx = CompileContext("gpt2_decode", "k", "cpu", 1, tmp_path, options=TvmOptions())
+    backend = TvmBackend()
+    target, _, _ = backend.tuning_target(ctx)
+    mod, _ = backend.prepare_for_tuning(backend.import_relax(lm.decode_module().eval(), examples, ctx), target, ctx)
+    marked = {g.name_hint: (int(f.attrs["op_pattern"]) if "op_pattern" in f.attrs else None)
+              for g, f in mod.functions_items()
+              if isinstance(f, tvm.tirx.PrimFunc) and len(f.attrs.get("layout_free_buffers", []))}
+    assert OPAQUE_PATTERN not in marked.values()
+    assert any("matmul" in name for name in marked), "weight prepacking stays on for the GEMMs"
+    assert ctx.info["layout_rewrite_skipped"] and all(n.startswith("take") for n in ctx.info["layout_rewrite_skipped"])

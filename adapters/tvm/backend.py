@@ -333,7 +333,8 @@ class TvmBackend(_TvmBase):
                 "tvm_trials_per_task": ctx.options.tvm_trials_per_task,
                 "tvm_tune_minutes": ctx.options.tvm_tune_minutes,
                 "task_scheduler": "gradient (MetaSchedule's default: budget shared across tasks)",
-                "cpu_weight_prepack": ctx.device != "cuda"}
+                "cpu_weight_prepack": ("constants' layouts rewritten for the tuned kernels, except gather tables "
+                                       "(info: layout_rewrite_skipped)" if ctx.device != "cuda" else False)}
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         raise BackendUnavailable(
@@ -384,6 +385,8 @@ class TvmBackend(_TvmBase):
             if not gpu:
                 passes.append(relax.transform.AttachAttrLayoutFreeBuffers())  # CPU weight prepacking
             mod = tvm.transform.Sequential(passes)(mod)
+        if not gpu:
+            ctx.info["layout_rewrite_skipped"] = keep_gathers_in_layout(mod)
         return mod, ms.relax_integration.extract_tasks(mod, target)
 
     def tune_or_reuse(self, mod, tasks, target, tkey: str, ctx: CompileContext):
@@ -475,6 +478,25 @@ def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, 
         "profile": outcome.profile if outcome else {},
         "curve": outcome.curve if outcome else [],
     }
+
+
+OPAQUE_PATTERN = 8  # relax's OpPatternKind kOpaque: TVM's verdict on data-dependent indexing (gathers)
+
+
+def keep_gathers_in_layout(mod) -> list[str]:
+    """Take the layout-free mark off every opaque function (a gather such as ``take``); returns
+    their names. MetaSchedule's RewriteLayout (TVM 0.27) rewrites an embedding table read as
+    ``A[ids[0], j]`` to ``A_global[j]``, filled from the table's last row, so every token got row
+    V-1 and tuned GPT-2 decoded wrong tokens. Prepacking a gather's table buys nothing anyway;
+    tests/test_tvm_lowering.py keeps the upstream reproducer."""
+    skipped = []
+    for gvar, func in list(mod.functions.items()):
+        attrs = getattr(func, "attrs", None)
+        if (attrs is not None and "layout_free_buffers" in attrs and len(attrs["layout_free_buffers"])
+                and "op_pattern" in attrs and int(attrs["op_pattern"]) == OPAQUE_PATTERN):
+            mod[gvar] = func.with_attr("layout_free_buffers", [])
+            skipped.append(gvar.name_hint)
+    return sorted(skipped)
 
 
 def math_passes(ctx: CompileContext) -> list:
