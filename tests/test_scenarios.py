@@ -1,7 +1,7 @@
 """--scenario single-stream: every request timed on its own, with per-request percentiles."""
 import pytest
 
-from compare.measure.stats import request_percentiles
+from compare.measure.stats import request_percentiles, tail_speedup
 from compare.measure.timing import AlternatingSampler, Timed, TimingConfig
 from conftest import load_results, run_cli
 
@@ -20,6 +20,23 @@ def test_percentiles_are_observed_requests_from_known_times():
 def test_a_tail_needs_enough_requests():
     few = request_percentiles([2.0] * 99)
     assert few["p90"] == 2.0 and few["p99"] is None and few["p99.9"] is None
+
+
+@pytest.mark.unit
+def test_the_p99_ratio_is_observed_requests_with_an_interval_from_known_times():
+    from compare.results.latency import LatencyStats
+
+    eager = LatencyStats.from_ms([10.0] * 198 + [40.0, 40.0], 1)  # p99 is the 198th request: 10 ms
+    half = LatencyStats.from_ms([5.0] * 200, 1)
+    assert tail_speedup(LatencyStats.from_ms([10.0] * 200, 1), half) == {"q": 99.0, "ratio": 2.0, "ci": [2.0, 2.0]}
+    two_slow = tail_speedup(eager, half)  # resamples with a third slow request put 40 ms at p99
+    assert two_slow["ratio"] == 2.0 and two_slow["ci"][0] == 2.0 and two_slow["ci"][1] == 8.0
+    assert tail_speedup(LatencyStats.from_ms([10.0] * 99, 1), LatencyStats.from_ms([5.0] * 99, 1)) is None
+
+    rng = __import__("numpy").random.default_rng(0)
+    ref = LatencyStats.from_ms(list(10 + rng.exponential(2.0, 1000)), 1)  # a tail that varies by draw
+    got = tail_speedup(ref, LatencyStats.from_ms(list(5 + rng.exponential(1.0, 1000)), 1), [500, 500], block=5)
+    assert got["ci"][0] < got["ratio"] < got["ci"][1] and got["ci"][1] - got["ci"][0] > 0.02
 
 
 @pytest.mark.unit
@@ -63,5 +80,9 @@ def test_single_stream_run_reports_request_percentiles(tmp_path):
         assert 0 < pct["p50"] <= pct["p90"] <= pct["p99"] <= pct["p99.9"] <= pct["max"]
     summary = (tmp_path / "summary.md").read_text()
     assert "scenario single-stream" in summary and "Per-request latency (single-stream)" in summary
-    assert "request_p99_ms" in (tmp_path / "results.csv").read_text().splitlines()[0]
+    header = (tmp_path / "results.csv").read_text().splitlines()[0]
+    assert "request_p99_ms" in header and "tail_speedup_p99_ci_low" in header
+    low, high = ort["tail_speedup"]["ci"]
+    assert low <= ort["tail_speedup"]["ratio"] <= high and ort["tail_speedup"]["q"] == 99.0
+    assert "p99 speedup [95% CI]" in summary
     assert "per-request latency" in proc.stdout

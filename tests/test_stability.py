@@ -122,6 +122,22 @@ def test_calibration_figures_of_two_runs():
     assert "inside the other run's 95% interval" in text and "about 83%" in text and "about 99%" in text
 
 
+def test_single_stream_runs_also_check_the_p99_speedup():
+    def tails(values):
+        run = _run({w: (1.5, [1.4, 1.6]) for w in values})
+        for cell in run.cells:
+            cell.tail_speedup = {"q": 99.0, "ratio": values[cell.workload][0], "ci": values[cell.workload][1]}
+        return run
+
+    a = tails({"mlp": (2.00, [1.53, 2.68]), "conv": (1.09, [1.00, 1.20])})
+    b = tails({"mlp": (1.63, [1.43, 2.02]), "conv": (0.98, [0.85, 1.24])})
+    found = stability.pairs(a, b, stability.tail_figure)
+    assert [(p.a, p.b_in_a, p.a_in_b) for p in found] == [(2.00, True, True), (1.09, False, True)]
+    text = stability.markdown(a, b, stability.pairs(a, b))
+    assert "## p99 speedup" in text and "2 cells: 75% of p99 speedups inside" in text
+    assert "p99" not in stability.markdown(a, a.__class__(environment={}, config={}, cells=[], run_id="r"), [])
+
+
 def test_the_probe_measures_and_the_header_shows_it():
     probe = noise.machine_probe(0.5)
     assert probe["compute_ns_per_element"]["median"] > 0 and probe["copy_gb_s"]["median"] > 0

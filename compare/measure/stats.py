@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -104,9 +104,15 @@ def block_indices(rng, count: int, block: int, resamples: int) -> np.ndarray:
     return index.reshape(resamples, -1)[:, :count]
 
 
+def observed_percentile(values: np.ndarray, q: float) -> np.ndarray:
+    """The observed-request percentile of ``request_percentiles`` along the last axis."""
+    rank = math.ceil(round(q / 100 * values.shape[-1], 9))
+    return np.sort(values, axis=-1)[..., max(rank, 1) - 1]
+
+
 def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], groups: Sequence[int] | None = None,
-                                  block: int = 1, resamples: int = 2000, seed: int = 0):
-    """Medians of ``ref`` and ``cand`` over hierarchical bootstrap resamples: the worker
+                                  block: int = 1, resamples: int = 2000, seed: int = 0, statistic=None):
+    """Medians (or ``statistic(values)`` along the last axis) of ``ref`` and ``cand`` over hierarchical bootstrap resamples: the worker
     processes are resampled (with replacement), then blocks of consecutive rounds within
     each chosen process. Sample i of ``ref`` and of ``cand`` were taken in the same round,
     so they are drawn together. ``groups`` are the pair counts of each process, in order.
@@ -116,14 +122,15 @@ def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], g
     rng = np.random.default_rng(seed)
     offsets = np.cumsum([0, *groups[:-1]])
     within = [offset + block_indices(rng, count, block, resamples) for offset, count in zip(offsets, groups)]
+    stat = statistic or (lambda values: np.median(values, axis=-1))
     if len(groups) == 1:
         index = within[0]
-        return np.median(ref_arr[index], axis=1), np.median(cand_arr[index], axis=1)
+        return stat(ref_arr[index]), stat(cand_arr[index])
     chosen = rng.integers(0, len(groups), size=(resamples, len(groups)))
     ra, rb = np.empty(resamples), np.empty(resamples)
     for r in range(resamples):
         index = np.concatenate([within[p][r] for p in chosen[r]])
-        ra[r], rb[r] = np.median(ref_arr[index]), np.median(cand_arr[index])
+        ra[r], rb[r] = stat(ref_arr[index]), stat(cand_arr[index])
     return ra, rb
 
 
@@ -145,6 +152,21 @@ def speedup_and_break_even(ref: LatencyStats, cand: LatencyStats, paid_s: float 
     if paid_s is None or speedup[0] <= 1.0:
         return speedup, None
     return speedup, [float(x) for x in np.percentile(paid_s / ((ra - rb) / 1e3), quantiles)]
+
+
+def tail_speedup(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None, block: int = 1,
+                 q: float = 99.0) -> dict[str, Any] | None:
+    """Eager's p``q`` request over the backend's and its 95% interval, resampled as the
+    speedup's (processes, then blocks of rounds): how far the tail figure may move in the
+    next run. None with fewer than 1/(1-q) requests, where the percentile is not observed."""
+    if len(ref.samples) != len(cand.samples) or len(cand.samples) < round(1 / (1 - q / 100)):
+        return None
+    ra, rb = hierarchical_resample_medians(ref.samples, cand.samples, groups, block,
+                                           statistic=lambda values: observed_percentile(values, q))
+    ref_arr, cand_arr = np.asarray(ref.samples, dtype=float), np.asarray(cand.samples, dtype=float)
+    ci = np.percentile(ra / rb, [100 * INTERVAL_TAIL, 100 * (1 - INTERVAL_TAIL)])
+    ratio = observed_percentile(ref_arr, q) / observed_percentile(cand_arr, q)
+    return {"q": q, "ratio": float(ratio), "ci": [float(x) for x in ci]}
 
 
 def throughput_interval(stats: LatencyStats, groups: Sequence[int] | None = None, block: int = 1) -> list[float]:

@@ -56,17 +56,26 @@ def _usable(cell: Cell) -> bool:
             and cell.speedup_ci is not None and cell.numerics_ok is not False)
 
 
-def pairs(a: RunResults, b: RunResults) -> list[Pair]:
-    """The ok cells with a speedup interval in both runs, in A's order."""
+def speedup_figure(cell: Cell) -> tuple[float, list[float]] | None:
+    return (cell.speedup, cell.speedup_ci) if _usable(cell) else None  # type: ignore[return-value]
+
+
+def tail_figure(cell: Cell) -> tuple[float, list[float]] | None:
+    """Single-stream: eager's p99 request over the backend's, and its interval."""
+    tail = cell.tail_speedup
+    return (tail["ratio"], tail["ci"]) if tail and _usable(cell) else None
+
+
+def pairs(a: RunResults, b: RunResults, figure=speedup_figure) -> list[Pair]:
+    """The ok cells with ``figure`` (a value and its interval) in both runs, in A's order."""
     fill_derived(a)
     fill_derived(b)
-    others = {c.key: c for c in b.cells if _usable(c)}
+    others = {c.key: found for c in b.cells if (found := figure(c))}
     out = []
     for cell in a.cells:
-        other = others.get(cell.key)
-        if _usable(cell) and other is not None:
-            out.append(Pair(cell.label, cell.backend, cell.speedup, tuple(cell.speedup_ci),
-                            other.speedup, tuple(other.speedup_ci)))
+        mine, other = figure(cell), others.get(cell.key)
+        if mine and other:
+            out.append(Pair(cell.label, cell.backend, mine[0], tuple(mine[1]), other[0], tuple(other[1])))
     return out
 
 
@@ -90,21 +99,26 @@ def _ci(value: float, ci: tuple[float, float]) -> str:
     return f"{value:.2f}x [{ci[0]:.2f}-{ci[1]:.2f}]"
 
 
-def markdown(a: RunResults, b: RunResults, found: list[Pair]) -> str:
+def _table(found: list[Pair], what: str) -> list[str]:
     import pandas as pd
 
-    figures = calibration(found)
     rows = [{"workload": p.label, "backend": p.backend, "A": _ci(p.a, p.a_ci), "B": _ci(p.b, p.b_ci),
              "change": f"{p.change * 100:+.1f}%", "B in A's CI": "yes" if p.b_in_a else "no",
              "A in B's CI": "yes" if p.a_in_b else "no", "overlap": "yes" if p.overlap else "no"} for p in found]
-    lines = [f"# Stability of {a.run_id} (A) and {b.run_id} (B)", "",
-             pd.DataFrame(rows).to_markdown(index=False) if rows else "(no cell has a speedup interval in both runs)",
-             "", summary_line(figures)]
+    return [pd.DataFrame(rows).to_markdown(index=False) if rows else f"(no cell has a {what} interval in both runs)",
+            "", summary_line(calibration(found), what)]
+
+
+def markdown(a: RunResults, b: RunResults, found: list[Pair]) -> str:
+    lines = [f"# Stability of {a.run_id} (A) and {b.run_id} (B)", "", *_table(found, "speedup")]
+    tails = pairs(a, b, tail_figure)
+    if tails:  # single-stream runs: the tail's promise too
+        lines += ["", "## p99 speedup (eager's p99 request over the backend's)", "", *_table(tails, "p99 speedup")]
     return "\n".join(lines) + "\n"
 
 
-def summary_line(figures: dict) -> str:
-    return (f"{figures['cells']} cells: {figures['inside']:.0%} of speedups inside the other run's 95% interval "
+def summary_line(figures: dict, what: str = "speedup") -> str:
+    return (f"{figures['cells']} cells: {figures['inside']:.0%} of {what}s inside the other run's 95% interval "
             f"(B in A {figures['b_in_a']:.0%}, A in B {figures['a_in_b']:.0%}; calibrated: about "
             f"{CALIBRATED_INSIDE:.0%}); intervals overlap on {figures['overlap']:.0%} (calibrated: about "
             f"{CALIBRATED_OVERLAP:.0%}); median half-width {figures['median_half_width']:.1%}; median change "

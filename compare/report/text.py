@@ -343,13 +343,20 @@ def request_rows(results: RunResults) -> list[dict[str, Any]]:
                 continue
             rows.append({"workload": cell.label, "backend": cell.backend,
                          "timed": "in-cell eager" if side == "eager" else cell.backend, "requests": pct["n"],
-                         **{f"{name} ms": _fmt_ms_or_dash(pct[name]) for name in ("p50", "p90", "p99", "p99.9", "max")}})
+                         **{f"{name} ms": _fmt_ms_or_dash(pct[name]) for name in ("p50", "p90", "p99", "p99.9", "max")},
+                         "p99 speedup [95% CI]": _tail_speedup(cell) if side == "backend" else ""})
     return rows
+
+
+def _tail_speedup(cell) -> str:
+    tail = cell.tail_speedup
+    return "-" if not tail else f"{tail['ratio']:.2f}x [{tail['ci'][0]:.2f}-{tail['ci'][1]:.2f}]"
 
 
 REQUEST_NOTE = ("Single-stream (MLPerf LoadGen's SingleStream): every request timed on its own, the next issued "
                 "when the last returned, eager's requests alternated with the backend's in the same workers. Each "
-                "percentile is an observed request; p99 needs 100 requests and p99.9 1000, else '-'.")
+                "percentile is an observed request; p99 needs 100 requests and p99.9 1000, else '-'. p99 speedup: "
+                "eager's p99 over the backend's, its interval resampled as the speedup's.")
 
 
 def _decode_side(decode: dict[str, Any]) -> dict[str, str]:

@@ -16,6 +16,7 @@ from compare.measure.stats import (
     process_speedups,
     request_percentiles,
     speedup_and_break_even,
+    tail_speedup,
     throughput_interval,
 )
 from compare.results.schema import Cell, RunResults
@@ -91,11 +92,15 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
 
 
 def fill_request_latency(cell: Cell) -> None:
-    """Single-stream: each sample is one request, so its samples are the request latencies."""
+    """Single-stream: each sample is one request, so its samples are the request latencies;
+    the p99 ratio gets an interval as the speedup does."""
     pairs = {"backend": cell.latency, "eager": cell.eager_latency}
     if all(stats is not None and stats.number == 1 for stats in pairs.values()):
         cell.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
                                    if stats is not None}
+        if cell.backend != "eager" and cell.tail_speedup is None and cell.latency and cell.eager_latency:
+            block = cell.interval["block_rounds"] if cell.interval else 1
+            cell.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.process_samples, block)
 
 
 def decode_summary(parts: dict[str, list[float]], generation_ms: float, tokens: int) -> dict[str, Any]:

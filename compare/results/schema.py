@@ -63,6 +63,9 @@ class Cell:
     # --scenario single-stream: per-request percentiles (ms) of the backend and of the in-cell
     # eager, {"backend": {p50, p90, p99, p99.9, max, n}, "eager": {...}} (derived)
     request_latency_ms: dict[str, Any] | None = None
+    # --scenario single-stream: eager's p99 request / the backend's, {"q", "ratio", "ci"}; the
+    # interval resampled as the speedup's (derived; None under 100 requests)
+    tail_speedup: dict[str, Any] | None = None
     # --suite llm: greedy generation with a static KV cache. Measured: prompt_len, new_tokens,
     # max_len, batch, cache ("static-padded"), compiles, recompiles, token_ids_agree,
     # first_divergent_step, token_ids, eager_token_ids, samples {backend, eager: {ttft_ms,
@@ -323,6 +326,9 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "allocator": cell.allocator,
         "cache": cell.cache,
     }
+    if cell.tail_speedup:
+        row.update({"tail_speedup_p99": cell.tail_speedup["ratio"], "tail_speedup_p99_ci_low": cell.tail_speedup["ci"][0],
+                    "tail_speedup_p99_ci_high": cell.tail_speedup["ci"][1]})
     for side, percentiles in (cell.request_latency_ms or {}).items():
         prefix = "request" if side == "backend" else "eager_request"
         row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
