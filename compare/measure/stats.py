@@ -26,9 +26,14 @@ def request_percentiles(samples_ms: Sequence[float]) -> dict[str, float | int | 
     out: dict[str, float | int | None] = {"n": int(ms.size), "max": float(ms[-1]) if ms.size else None}
     for q in REQUEST_PERCENTILES:
         enough = ms.size >= round(1 / (1 - q / 100))
-        rank = math.ceil(round(q / 100 * ms.size, 9))  # rounded: 0.999 x 1000 is 999, not 999.0000001
-        out[f"p{q:g}"] = float(ms[max(rank, 1) - 1]) if enough else None
+        out[f"p{q:g}"] = float(ms[observed_rank(q, ms.size)]) if enough else None
     return out
+
+
+def observed_rank(q: float, count: int) -> int:
+    """Index, in ``count`` sorted requests, of the smallest with at least q % at or below it."""
+    rank = math.ceil(round(q / 100 * count, 9))  # rounded: 0.999 x 1000 is 999, not 999.0000001
+    return max(rank, 1) - 1
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:
@@ -106,13 +111,13 @@ def block_indices(rng, count: int, block: int, resamples: int) -> np.ndarray:
 
 def observed_percentile(values: np.ndarray, q: float) -> np.ndarray:
     """The observed-request percentile of ``request_percentiles`` along the last axis."""
-    rank = math.ceil(round(q / 100 * values.shape[-1], 9))
-    return np.sort(values, axis=-1)[..., max(rank, 1) - 1]
+    return np.sort(values, axis=-1)[..., observed_rank(q, values.shape[-1])]
 
 
 def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], groups: Sequence[int] | None = None,
                                   block: int = 1, resamples: int = 2000, seed: int = 0, statistic=None):
-    """Medians (or ``statistic(values)`` along the last axis) of ``ref`` and ``cand`` over hierarchical bootstrap resamples: the worker
+    """Medians (or ``statistic``, taken along the last axis) of ``ref`` and ``cand`` over
+    hierarchical bootstrap resamples: the worker
     processes are resampled (with replacement), then blocks of consecutive rounds within
     each chosen process. Sample i of ``ref`` and of ``cand`` were taken in the same round,
     so they are drawn together. ``groups`` are the pair counts of each process, in order.

@@ -57,7 +57,8 @@ def _usable(cell: Cell) -> bool:
 
 
 def speedup_figure(cell: Cell) -> tuple[float, list[float]] | None:
-    return (cell.speedup, cell.speedup_ci) if _usable(cell) else None  # type: ignore[return-value]
+    usable = _usable(cell) and cell.speedup is not None and cell.speedup_ci is not None
+    return (cell.speedup, cell.speedup_ci) if usable else None
 
 
 def tail_figure(cell: Cell) -> tuple[float, list[float]] | None:
