@@ -124,7 +124,7 @@ def _prepacked_gather(keep_gathers: bool):
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from adapters.tvm.backend import _TvmBase, keep_gathers_in_layout
+    from adapters.tvm.backend import _TvmBase, keep_gathers_in_layout, prepack_weights
     from adapters.tvm.schedules import default_cpu_schedules
 
     torch.manual_seed(0)
@@ -142,8 +142,7 @@ def _prepacked_gather(keep_gathers: bool):
     assert ms.postproc.RewriteLayout().apply(sch)
     mod[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
     with target:
-        mod = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams(),
-                                        relax.transform.FoldConstant()])(mod)
+        mod = prepack_weights()(mod)
     vm = relax.VirtualMachine(tvm.compile(default_cpu_schedules(mod, target), target=target), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(ids.numpy())).numpy()
     with torch.no_grad():

@@ -450,11 +450,7 @@ class TvmBackend(_TvmBase):
             mod = self.gpu_default_schedules(mod, target)  # any task without a record
         else:
             with target:
-                mod = tvm.transform.Sequential([
-                    relax.transform.SplitLayoutRewritePreproc(),
-                    relax.transform.LiftTransformParams(),
-                    relax.transform.FoldConstant(),
-                ])(mod)
+                mod = prepack_weights()(mod)
             mod = self.cpu_default_schedules(mod, target, ctx)  # any function without a record
         return tvm.compile(mod, target=target)
 
@@ -478,6 +474,16 @@ def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, 
         "profile": outcome.profile if outcome else {},
         "curve": outcome.curve if outcome else [],
     }
+
+
+def prepack_weights():
+    """CPU weight prepacking after tuning: the layout rewrites the tuned kernels asked for,
+    split out, lifted and folded into the constants (TVM's static_shape_tuning pipeline)."""
+    import tvm
+    from tvm import relax
+
+    return tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
+                                     relax.transform.LiftTransformParams(), relax.transform.FoldConstant()])
 
 
 OPAQUE_PATTERN = 8  # relax's OpPatternKind kOpaque: TVM's verdict on data-dependent indexing (gathers)

@@ -71,6 +71,11 @@ def pairs(a: RunResults, b: RunResults, figure=speedup_figure) -> list[Pair]:
     """The ok cells with ``figure`` (a value and its interval) in both runs, in A's order."""
     fill_derived(a)
     fill_derived(b)
+    return matched(a, b, figure)
+
+
+def matched(a: RunResults, b: RunResults, figure) -> list[Pair]:
+    """``pairs`` of runs whose derived fields are filled already."""
     others = {c.key: found for c in b.cells if (found := figure(c))}
     out = []
     for cell in a.cells:
@@ -112,7 +117,7 @@ def _table(found: list[Pair], what: str) -> list[str]:
 
 def markdown(a: RunResults, b: RunResults, found: list[Pair]) -> str:
     lines = [f"# Stability of {a.run_id} (A) and {b.run_id} (B)", "", *_table(found, "speedup")]
-    tails = pairs(a, b, tail_figure)
+    tails = matched(a, b, tail_figure)  # found came from pairs, which filled both runs
     if tails:  # single-stream runs: the tail's promise too
         lines += ["", "## p99 speedup (eager's p99 request over the backend's)", "", *_table(tails, "p99 speedup")]
     return "\n".join(lines) + "\n"

@@ -61,6 +61,12 @@ def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
             "tail": INTERVAL_TAIL}
 
 
+def interval_block(cell: Cell) -> int:
+    """Rounds per bootstrap block for this cell's other intervals: its speedup's plan, else 1
+    (eager's own cell has no plan)."""
+    return cell.interval["block_rounds"] if cell.interval else 1
+
+
 def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median:
@@ -99,7 +105,7 @@ def fill_request_latency(cell: Cell) -> None:
         cell.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
                                    if stats is not None}
         if cell.backend != "eager" and cell.tail_speedup is None and cell.latency and cell.eager_latency:
-            block = cell.interval["block_rounds"] if cell.interval else 1
+            block = interval_block(cell)
             cell.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.process_samples, block)
 
 
@@ -133,7 +139,7 @@ def fill_throughput(cell: Cell) -> None:
     if not offline or cell.latency is None or cell.eager_latency is None:
         return
     batch = offline.get("batch")
-    block = cell.interval["block_rounds"] if cell.interval else 1
+    block = interval_block(cell)
 
     def side(stats, setting: dict) -> dict:
         per_s = 1e3 / stats.median
@@ -154,7 +160,7 @@ def fill_speedup_vs_fp32(cell: Cell) -> None:
     cell.speedup_vs_fp32 = ref.median / stats.median
     paid = paid_seconds(cell)[0]
     if cell.speedup_vs_fp32_ci is None:  # eager's own cell has no interval plan: blocks of one round
-        block = cell.interval["block_rounds"] if cell.interval else 1
+        block = interval_block(cell)
         cell.speedup_vs_fp32_ci, _ = speedup_and_break_even(ref, stats, paid, cell.process_samples, block)
     faster = cell.speedup_vs_fp32_ci[0] > 1.0 if cell.speedup_vs_fp32_ci else cell.speedup_vs_fp32 > 1.0
     cell.break_even_vs_fp32_calls = break_even_calls(paid, ref.median, stats.median) if faster else None
