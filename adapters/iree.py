@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -292,7 +293,7 @@ class IreeBackend(Backend):
             streams = _offline_streams(config, vm_module, context, ctx)
         ctx.info["driver"] = driver
         if driver == "local-task":
-            ctx.info["task_workers_observed"] = iree_worker_threads()
+            ctx.info["task_workers_observed"] = iree_worker_threads(expected=ctx.threads)
         profiling = (IreeProfiling(vmfb, driver, ctx.threads, ctx.work_dir, _options(ctx).iree_allocator)
                      if ctx.device == "cpu" else None)
         return IreeCompiled(function, config.device, (context, vm_module, config), profiling, streams)
@@ -471,11 +472,26 @@ def _shared_config(driver: str, threads: int, allocator: str = "default"):
     return _CONFIGS[driver, allocator]
 
 
-def iree_worker_threads() -> int | None:
-    """IREE's task workers alive in this process, counted by the names IREE's runtime
-    gives their threads (``iree-worker-N``): the worker count as IREE itself set it up."""
-    names = process_thread_names()
-    return None if names is None else sum(name.startswith("iree-worker") for name in names)
+WORKER_START_TIMEOUT_S = 10.0
+
+
+def iree_worker_threads(expected: int, timeout_s: float = WORKER_START_TIMEOUT_S) -> int | None:
+    """IREE's task workers alive in this process, counted by the names IREE's runtime gives
+    their threads (``iree-worker-N``): the worker count as IREE itself set it up.
+
+    Each worker names itself once it first runs, and the device starts them without waiting,
+    so a read right after loading found 1 of 2 under load (issue 43). Poll until ``expected``
+    are named or ``timeout_s`` passes, then report what is there: a shortfall that lasts
+    seconds is a real one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        names = process_thread_names()
+        if names is None:
+            return None
+        count = sum(name.startswith("iree-worker") for name in names)
+        if count >= expected or time.monotonic() >= deadline:
+            return count
+        time.sleep(0.005)
 
 
 def _cuda_archs(ctx: CompileContext) -> list[str]:

@@ -1,9 +1,13 @@
 """IREE compiles the five workloads for the host CPU and matches eager."""
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import FAST, load_results, run_cli
+from conftest import FAST, ROOT, load_results, run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("iree.turbine") is None, reason="iree-turbine not installed")
 
@@ -24,6 +28,35 @@ def test_iree_small_five_workloads(tmp_path):
         assert c["info"]["task_workers_observed"] == c["threads"]
         flags = c["settings"]["compile_flags"]
         assert "--iree-llvmcpu-target-cpu=host" in flags and any(f.startswith("--iree-opt-level=") for f in flags)
+
+
+COUNT_WORKERS = """
+import json, sys, time
+from adapters.iree import _shared_config, iree_worker_threads
+from adapters.base import process_thread_names
+start = time.monotonic()
+_shared_config("local-task", int(sys.argv[1]))
+at_load = sum(n.startswith("iree-worker") for n in process_thread_names())
+observed = iree_worker_threads(expected=int(sys.argv[1]))
+print(json.dumps({"at_load": at_load, "observed": observed, "s": time.monotonic() - start}))
+"""
+
+
+def test_the_task_worker_count_is_read_once_the_workers_run_even_under_load():
+    """Issue 43: read right after the device was made, the count found 1 of 2 workers under the
+    parallel suite's load. Here 3 busy loops per core compete with the workers' start."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3 * (os.cpu_count() or 2))]
+    try:
+        for threads in (2, 3):
+            proc = subprocess.run([sys.executable, "-c", COUNT_WORKERS, str(threads)], capture_output=True, text=True,
+                                  cwd=ROOT, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            seen = json.loads(proc.stdout.splitlines()[-1])
+            assert seen["observed"] == threads, seen
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.slow  # default tier: 20 minutes on 2 cores; CI runs it in the slow tier
