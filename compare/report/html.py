@@ -56,6 +56,12 @@ def _ok_cells(results: RunResults):
     return [c for c in results.cells if c.status == "ok" and c.latency is not None]
 
 
+def _positive(value) -> bool:
+    """A value a log axis can draw: a finite number above 0 (a NaN output's error, a NaN
+    speedup or a zero latency is not; the tables still show and flag those cells)."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
 def _workload_panels(cells: list[Cell]):
     """The figure, its axes and the workloads (cell labels, in order) of a plot with one
     panel per workload: the prelude every per-workload plot shares."""
@@ -90,7 +96,7 @@ def _finish_panels(fig, axes, used: int, title: str) -> str:
 
 
 def plot_speedups(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if c.backend != "eager" and c.speedup]
+    cells = [c for c in _ok_cells(results) if c.backend != "eager" and _positive(c.speedup)]
     if not cells:
         return None
     plt = _plt()
@@ -106,7 +112,7 @@ def plot_speedups(results: RunResults) -> str | None:
                 continue
             xs.append(i + (j - (len(backends) - 1) / 2) * width)
             ys.append(c.speedup)
-            ci = c.speedup_ci or [c.speedup, c.speedup]
+            ci = c.speedup_ci if c.speedup_ci and all(map(_positive, c.speedup_ci)) else [c.speedup, c.speedup]
             lo.append(max(c.speedup - ci[0], 0))
             hi.append(max(ci[1] - c.speedup, 0))
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=backend)
@@ -246,7 +252,8 @@ def plot_roofline(results: RunResults) -> str | None:
 
 
 def plot_numerics(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if c.backend != "eager" and isinstance(c.max_abs_err, float)]
+    cells = [c for c in _ok_cells(results) if c.backend != "eager" and isinstance(c.max_abs_err, float)
+             and math.isfinite(c.max_abs_err)]
     if not cells:
         return None
     plt = _plt()
@@ -386,9 +393,24 @@ def templates():
                               autoescape=jinja2.select_autoescape(["html"]))
 
 
+def draw_plots(results: RunResults) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every plot that has data, and a line for each that could not be drawn: one plot's
+    failure (matplotlib on data no one foresaw) costs that plot, never the report."""
+    plots, failures = [], []
+    for title, plot in PLOTS:
+        try:
+            uri = plot(results)
+        except Exception as exc:
+            failures.append(f"{title}: not drawn ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+            continue
+        if uri:
+            plots.append((title, uri))
+    return plots, failures
+
+
 def render_html(results: RunResults) -> str:
     geo = geomean_rows(results)
-    plots = [(title, uri) for title, plot in PLOTS if (uri := plot(results))]
+    plots, plot_failures = draw_plots(results)
     return templates().get_template("report.html").render(
         run_id=results.run_id, state=results.state, check_script=_CHECK_SCRIPT,
         environment_line=environment_line(results), conditions_line=conditions_line(results), noise_line=noise_line(results),
@@ -406,7 +428,7 @@ def render_html(results: RunResults) -> str:
         server_table=pd.DataFrame(served).to_html(index=False, escape=True) if (served := server_rows(results)) else None,
         server_note=SERVER_NOTE,
         explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,
-        plots=plots,
+        plots=plots, plot_failures=plot_failures,
         problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off
         environment_json=json.dumps(results.environment, indent=2), config_json=json.dumps(results.config, indent=2))
 

@@ -4,6 +4,7 @@ roofline placement. Filled in by the runner before every save, and again by
 ``compare report``, so results.json always carries them."""
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -69,8 +70,8 @@ def interval_block(cell: Cell) -> int:
 
 def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     ref, stats = cell.eager_latency, cell.latency
-    if ref is None or stats is None or not stats.median:
-        return
+    if ref is None or stats is None or not stats.median or not math.isfinite(stats.median / ref.median):
+        return  # no ratio to draw from a latency that is zero or not a number
     groups = cell.process_samples
     cell.speedup = ref.median / stats.median
     if cell.backend == "eager":
