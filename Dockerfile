@@ -2,7 +2,7 @@
 FROM python:3.11-slim
 
 # g++ for TorchInductor's C++ backend; git so results record the project's commit;
-# jemalloc and tcmalloc for --allocator.
+# jemalloc and tcmalloc for --allocator (the default, mimalloc, is a pip dependency).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends g++ git libjemalloc2 libtcmalloc-minimal4 \
     && rm -rf /var/lib/apt/lists/*

@@ -200,7 +200,7 @@ def _add_conditions(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
                         help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
-                             "jemalloc or tcmalloc (preloaded), auto: tcmalloc if installed, else glibc-tuned "
+                             "jemalloc, tcmalloc or mimalloc (preloaded), auto: mimalloc, which the install brings "
                              f"(default {DEFAULT_ALLOCATOR})")
     parser.add_argument("--system-malloc", action="store_true", help="same as --allocator system")
     parser.add_argument("--thread-spin", choices=("short", "default"), default="short",

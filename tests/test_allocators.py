@@ -12,10 +12,21 @@ COMMON = ["--backends", "eager", "--workload-file", FIXTURES / "faulty_workloads
 @pytest.mark.unit
 def test_allocator_environments():
     assert allocators.allocator_env("system") == {}
-    assert allocators.resolve("auto") in ("tcmalloc", "glibc-tuned")
     assert allocators.allocator_env("glibc-tuned") == allocators.GLIBC_TUNED_ENV
     with pytest.raises(allocators.AllocatorMissing, match="unknown allocator"):
-        allocators.allocator_env("mimalloc")
+        allocators.allocator_env("hoard")
+
+
+@pytest.mark.unit
+def test_auto_is_the_mimalloc_the_install_brings_and_glibc_tuned_without_it(monkeypatch):
+    """The README's install gives every worker the same allocator whatever the system has
+    (issue 43: without tcmalloc, a new user's workers ran glibc-tuned and the intervals missed)."""
+    library = allocators.find_library("mimalloc")
+    assert library is not None and library.name == "libmimalloc.so.3"  # a dependency of dlcompare
+    assert allocators.resolve("auto") == "mimalloc"
+    assert allocators.allocator_env("mimalloc") == {"LD_PRELOAD": str(library), "MIMALLOC_PURGE_DELAY": "-1"}
+    monkeypatch.setattr(allocators, "wheel_library", lambda *a: None)
+    assert allocators.resolve("auto") == "glibc-tuned"
 
 
 @pytest.mark.unit
@@ -27,7 +38,7 @@ def test_a_missing_library_is_a_one_line_usage_error(monkeypatch, tmp_path, caps
     assert "libjemalloc.so.2 not found" in err[0] and "apt-get install libjemalloc2" in err[0]
 
 
-@pytest.mark.parametrize("name", ["system", "jemalloc", "tcmalloc"])
+@pytest.mark.parametrize("name", ["system", "jemalloc", "tcmalloc", "mimalloc"])
 def test_workers_run_under_the_chosen_allocator(name, tmp_path, monkeypatch):
     if name != "system" and allocators.find_library(name) is None:
         pytest.skip(f"{name} is not installed here")

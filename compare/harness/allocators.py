@@ -15,22 +15,34 @@ headline figure, never a hidden default:
   eager norm_residual down to ±4 %. jemalloc takes the guide's ``MALLOC_CONF`` except
   the decay times: the guide's ``dirty_decay_ms:9000000000`` made Debian's jemalloc 5.3
   return pages on every call (the pointwise chain 4x slower); -1 ("never") is what it means;
-- ``auto`` (the default): tcmalloc where its library is installed, else glibc-tuned,
-  and the run records and prints which.
+- ``mimalloc``: preloaded from the ``cmeel-mimalloc`` wheel, a dependency of dlcompare, so
+  every install has it, the same version on every machine, with no system package. Its
+  process-to-process spread of eager matched tcmalloc's (issue 43, docs/method.md). It runs
+  with ``MIMALLOC_PURGE_DELAY=-1``: freed pages stay with it, as under every other setting;
+- ``auto`` (the default): mimalloc, which the project's own install brings (the README's
+  path got glibc-tuned before, whose intervals missed between runs: issue 43); glibc-tuned
+  where its library is somehow missing. The run records and prints which.
 """
 from __future__ import annotations
 
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
-ALLOCATORS = ("auto", "system", "glibc-tuned", "jemalloc", "tcmalloc")
+ALLOCATORS = ("auto", "system", "glibc-tuned", "jemalloc", "tcmalloc", "mimalloc")
 DEFAULT_ALLOCATOR = "auto"
 GLIBC_TUNED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 # PyTorch's CPU performance tuning guide (jemalloc section).
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 LIBRARIES = {"jemalloc": ("libjemalloc.so.2", "libjemalloc.so"),
              "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so")}
-INSTALL_HINT = {"jemalloc": "apt-get install libjemalloc2", "tcmalloc": "apt-get install libtcmalloc-minimal4"}
+INSTALL_HINT = {"jemalloc": "apt-get install libjemalloc2", "tcmalloc": "apt-get install libtcmalloc-minimal4",
+                "mimalloc": "pip install cmeel-mimalloc"}
+# Allocators that a Python wheel brings: the distribution and its library's file name.
+WHEEL_LIBRARIES = {"mimalloc": ("cmeel-mimalloc", "libmimalloc.so.3")}
+# Freed pages are never handed back while a cell runs (mimalloc's default purges after 10 ms),
+# as glibc-tuned's trim threshold and jemalloc's decay of -1 keep them.
+MIMALLOC_ENV = {"MIMALLOC_PURGE_DELAY": "-1"}
 
 
 class AllocatorMissing(ValueError):
@@ -38,7 +50,10 @@ class AllocatorMissing(ValueError):
 
 
 def find_library(name: str) -> Path | None:
-    """The shared library of ``name`` as the dynamic linker knows it (ldconfig -p)."""
+    """The shared library of ``name``: from its wheel (mimalloc), else as the dynamic linker
+    knows it (ldconfig -p)."""
+    if name in WHEEL_LIBRARIES:
+        return wheel_library(*WHEEL_LIBRARIES[name])
     try:
         listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
@@ -52,10 +67,21 @@ def find_library(name: str) -> Path | None:
     return None
 
 
+def wheel_library(distribution: str, filename: str) -> Path | None:
+    """A shared library shipped inside an installed wheel, found through its file list."""
+    try:
+        files = metadata.files(distribution) or []
+    except metadata.PackageNotFoundError:
+        return None
+    path = next((Path(str(f.locate())) for f in files if f.name == filename), None)
+    return path if path is not None and path.exists() else None
+
+
 def resolve(name: str) -> str:
-    """The allocator ``name`` stands for on this machine (``auto``: tcmalloc if installed)."""
+    """The allocator ``name`` stands for on this machine (``auto``: mimalloc, from the
+    project's own install, where its wheel is there)."""
     if name == "auto":
-        return "tcmalloc" if find_library("tcmalloc") is not None else "glibc-tuned"
+        return "mimalloc" if find_library("mimalloc") is not None else "glibc-tuned"
     return name
 
 
@@ -74,4 +100,6 @@ def allocator_env(name: str) -> dict[str, str]:
     env = {"LD_PRELOAD": str(library)}
     if name == "jemalloc":
         env["MALLOC_CONF"] = JEMALLOC_CONF
+    if name == "mimalloc":
+        env.update(MIMALLOC_ENV)
     return env

@@ -67,12 +67,12 @@ def apply_memory_limit(limit_mb: int | None) -> None:
 
 def allocator_in_use() -> str:
     """Which malloc serves this process, read from its own memory map (an LD_PRELOADed
-    jemalloc or tcmalloc shows there), with the glibc settings it runs under."""
+    jemalloc, tcmalloc or mimalloc shows there), with the glibc settings it runs under."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         maps = ""
-    for name in ("jemalloc", "tcmalloc"):
+    for name in ("jemalloc", "tcmalloc", "mimalloc"):
         if f"lib{name}" in maps:
             return name
     tuned = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
