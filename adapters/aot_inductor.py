@@ -45,6 +45,12 @@ class AotInductorBackend(Backend):
     name = "aot-inductor"
     rank = 15
     description = "AOTInductor: torch.export + Inductor ahead of time to a .pt2 package (C++ shared object)"
+    reproducer = """\
+with torch.no_grad():
+    program = torch.export.export(model, tuple(inputs))
+    package = torch._inductor.aoti_compile_and_package(program)
+    print(torch._inductor.aoti_load_package(package)(*inputs))
+"""
     packages = ("torch",)
     devices = ("cpu",)
     options_type = AotInductorOptions

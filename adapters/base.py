@@ -280,6 +280,10 @@ class Backend(ABC):
     quantizes: bool = False
     int8_unavailable: str = "dlcompare has no int8 path for this backend"
     quantizer_modules: tuple[str, ...] = ()  # what its quantizer imports (the [int8] extra)
+    # A failure's standalone reproducer (compare/report/reproducers.py): Python lines that
+    # lower ``model`` (an nn.Module in eval mode) on ``inputs`` (a list of tensors) with this
+    # backend alone, as its own API is called, and run it once; None: no reproducer.
+    reproducer: str | None = None
 
     def int8_missing(self) -> str | None:
         """Why this backend cannot quantize here (no quantizer, or its package missing); None: it can."""

@@ -73,6 +73,15 @@ class ExecutorchBackend(Backend):
     name = "executorch"
     rank = 70
     description = "ExecuTorch with the XNNPACK delegate (.pte, ExecuTorch runtime's Python bindings)"
+    reproducer = """\
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from executorch.runtime import Runtime
+program = to_edge_transform_and_lower(torch.export.export(model, tuple(inputs)),
+                                      partitioner=[XnnpackPartitioner()]).to_executorch()
+method = Runtime.get().load_program(program.buffer).load_method("forward")
+print(method.execute(inputs))
+"""
     packages = ("executorch",)
     install_hint = "pip install -e '.[executorch]'"
     devices = ("cpu",)

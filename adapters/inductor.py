@@ -115,6 +115,12 @@ class InductorBackend(Backend):
     name = "inductor"
     rank = 10
     description = "TorchInductor via torch.compile (C++/OpenMP on CPU, Triton on CUDA)"
+    reproducer = """\
+import torch._inductor.config
+torch._inductor.config.freezing = True
+with torch.no_grad():
+    print(torch.compile(model)(*inputs))
+"""
     packages = ("torch",)
     devices = ("cpu", "cuda")
     options_type = InductorOptions

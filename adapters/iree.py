@@ -220,6 +220,15 @@ class IreeBackend(Backend):
     name = "iree"
     rank = 50
     description = "IREE (MLIR): iree-turbine export, llvm-cpu codegen for the host CPU"
+    reproducer = """\
+import iree.runtime as rt
+from iree.turbine import aot
+exported = aot.export(model, args=tuple(inputs))
+exported.session.set_flags("--iree-llvmcpu-target-cpu=host")
+exported.compile(save_to="model.vmfb", target_backends="llvm-cpu")
+module = rt.load_vm_flatbuffer_file("model.vmfb", driver="local-task")
+print(module.main(*[x.numpy() for x in inputs]))
+"""
     packages = ("iree-base-compiler", "iree-base-runtime", "iree-turbine")
     install_hint = "pip install -e '.[iree]'"
     devices = ("cpu", "cuda")

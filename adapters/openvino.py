@@ -226,6 +226,12 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     rank = 25
     description = "OpenVINO CPU plugin (convert_model from torch, LATENCY hint, precision pinned)"
+    reproducer = """\
+import openvino as ov
+converted = ov.convert_model(model, example_input=tuple(inputs))
+compiled = ov.compile_model(converted, "CPU")
+print(compiled([x.numpy() for x in inputs]))
+"""
     packages = ("openvino",)
     install_hint = "pip install -e '.[openvino]'"
     devices = ("cpu",)

@@ -186,6 +186,12 @@ class OrtBackend(Backend):
     name = "ort"
     rank = 20
     description = "ONNX Runtime (dynamo ONNX export, CPU execution provider)"
+    reproducer = """\
+import onnxruntime as ort
+torch.onnx.export(model, tuple(inputs), 'model.onnx', dynamo=True)
+session = ort.InferenceSession('model.onnx')
+print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}))
+"""
     packages = ("onnxruntime", "onnxruntime-gpu", "onnx", "onnxscript")
     optional_packages = ("onnxruntime-gpu",)
     install_hint = "pip install -e '.[ort]'"

@@ -96,6 +96,12 @@ class XlaBackend(Backend):
     name = "xla"
     rank = 60
     description = "XLA:CPU through JAX: torch.export -> torchax -> jax.jit, weights as constants"
+    reproducer = """\
+import jax
+from torchax.export import exported_program_to_jax
+weights, function = exported_program_to_jax(torch.export.export(model, tuple(inputs)))
+print(jax.jit(lambda *xs: function(weights, xs))(*[jax.numpy.asarray(x.numpy()) for x in inputs]))
+"""
     packages = ("jax", "jaxlib", "torchax")
     install_hint = "pip install -e '.[xla]'"
     devices = ("cpu",)

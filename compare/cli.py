@@ -102,16 +102,20 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
                      help=f"comma-separated backends to compare with eager (default: {default_backends})")
     parser.add_argument("--workloads", type=_csv, default=None,
                         help="comma-separated workloads from any suite (default: the --suite's)")
-    parser.add_argument("--suite", choices=SUITES, default="paper",
+    parser.add_argument("--suite", choices=SUITES, default=None,
                         help="built-in workloads to run: paper (the survey's five graphs), models "
                              "(ResNet, MobileNetV2, BERT, GPT-2, ViT), llm (greedy decoding with a static KV "
-                             "cache: TTFT, TPOT, tokens/s) or all (default: paper)")
+                             "cache: TTFT, TPOT, tokens/s), zoo (17 real architectures at published sizes: the "
+                             "coverage matrix) or all (the hand-written three; default: paper, or none when --model is given)")
     parser.add_argument("--batch", type=_batch_list, default=[], metavar="N[,N...]",
                         help="batch sizes to sweep, each its own cell (default: each workload's own)")
     parser.add_argument("--dtype", type=_dtype_list, default=["fp32"], metavar="fp32|bf16|fp16[,...]",
                         help="precision of weights and inputs, comma-separated to sweep (default fp32)")
     parser.add_argument("--workload-file", action="append", default=[], metavar="PATH",
                      help="Python file defining extra workloads (run as code); repeatable")
+    parser.add_argument("--model", action="append", default=[], metavar="SPEC",
+                        help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
+                             "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
     parser.add_argument("--size", choices=SIZES, default="default")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 

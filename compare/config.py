@@ -72,7 +72,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         cache=args.cache,
         cache_root=str(Path(args.tuning_logs)),
         output_dir=str(_output_dir(args, output_dir)),
-        workload_files=[str(Path(f).resolve()) for f in args.workload_file],
+        workload_files=[str(Path(f).resolve()) for f in args.workload_file] + model_specs(args.model),
         seed=args.seed,
         timing=_timing(args),
         scenario=getattr(args, "scenario", "back-to-back"),
@@ -85,7 +85,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         reference_processes=args.reference_processes,
         batches=list(args.batch),
         dtypes=list(args.dtype),
-        suite=args.suite,
+        suite=args.suite or ("none" if args.model else "paper"),
         executor=args.executor,
         ray_address=args.ray_address,
         ray_share_cores=args.ray_share_cores,
@@ -173,13 +173,25 @@ def _checked_workloads(args: argparse.Namespace) -> list:
     from workloads import resolve_workloads
 
     names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
-    workloads = resolve_workloads(names, args.workload_file, args.suite)  # WorkloadError on bad names/files
+    # --model alone runs the models given; with --suite or --workloads, beside those.
+    suite = args.suite or ("none" if args.model else "paper")
+    workloads = resolve_workloads(names, [*args.workload_file, *model_specs(args.model)], suite)  # WorkloadError
     for w in workloads:
         for batch in args.batch if w.batch_param else [None]:
             w.with_batch(batch).input_specs(args.size)  # a bad size is a usage error, not a failed cell
     if args.batch and not any(w.batch_param for w in workloads):
         raise UsageError("--batch: none of the chosen workloads has a batch dimension")
     return workloads
+
+
+def model_specs(specs: list[str]) -> list[str]:
+    """``--model`` specs with their paths made absolute (the workers run elsewhere)."""
+    out = []
+    for spec in specs:
+        kind, _, rest = spec.partition(":")
+        local = rest and kind in ("pt2", "onnx", "hf") and (Path(rest).expanduser().exists() or kind != "hf")
+        out.append(f"{kind}:{Path(rest).expanduser().resolve()}" if local else spec)
+    return out
 
 
 def _check_options(args: argparse.Namespace) -> None:

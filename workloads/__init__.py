@@ -29,19 +29,28 @@ __all__ = [
 
 
 # --suite: which built-ins run when no --workloads are named (user files always do).
-SUITES = ("paper", "models", "llm", "all")
+# "all" is the hand-written suites; the zoo (real architectures at published sizes) runs alone.
+SUITES = ("paper", "models", "llm", "zoo", "all")
 
 
 def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
     from .llm import LLM_WORKLOADS
     from .models import MODEL_WORKLOADS
     from .survey import PAPER_WORKLOADS
+    from .zoo import zoo_workloads
 
     if suite not in SUITES:
         raise WorkloadError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
     picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS, "llm": LLM_WORKLOADS,
-              "all": PAPER_WORKLOADS + MODEL_WORKLOADS + LLM_WORKLOADS}[suite]
+              "all": PAPER_WORKLOADS + MODEL_WORKLOADS + LLM_WORKLOADS}.get(suite) or zoo_workloads()
     return {w.name: w for w in picked}
+
+
+def load_workload_source(source: str | Path) -> list[Workload]:
+    """The workloads of a ``--workload-file`` (a Python file) or of a ``--model`` spec."""
+    from .zoo.intake import is_model_spec, spec_workloads
+
+    return spec_workloads(str(source)) if is_model_spec(str(source)) else load_workload_file(source)
 
 
 def load_workload_file(path: str | Path) -> list[Workload]:
@@ -92,16 +101,17 @@ def load_workload_file(path: str | Path) -> list[Workload]:
 
 def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] = (),
                       suite: str = "paper") -> list[Workload]:
-    """Built-ins plus those from ``files``; ``names`` picks (in order) from every
-    built-in, None = the ``suite``'s built-ins and every workload in ``files``."""
-    available = builtin_workloads("all")
+    """Built-ins plus those from ``files`` (workload files and ``--model`` specs); ``names``
+    picks (in order) from every built-in, None = the ``suite``'s built-ins and every workload
+    in ``files``."""
+    available = {**builtin_workloads("all"), **builtin_workloads("zoo")}
     from_files: dict[str, Workload] = {}
     for file in files:
-        for w in load_workload_file(file):
+        for w in load_workload_source(file):
             from_files[w.name] = w
     available.update(from_files)  # a user file may override a built-in on purpose
     if names is None:
-        in_suite = builtin_workloads(suite)
+        in_suite = {} if suite == "none" else builtin_workloads(suite)
         return [w for name, w in available.items() if name in in_suite or name in from_files]
     picked = []
     for name in names:
@@ -135,6 +145,8 @@ def make_inputs(specs: list[TensorSpec], seed: int = 0, device: str = "cpu"):
         if spec.init.startswith("randint:"):
             high = int(spec.init.split(":", 1)[1])
             t = torch.randint(0, high, spec.shape, generator=gen, dtype=dtype)
+        elif spec.init == "ones":
+            t = torch.ones(spec.shape, dtype=dtype)
         elif spec.init == "rand":
             t = torch.rand(spec.shape, generator=gen, dtype=torch.float32).to(dtype)
         else:

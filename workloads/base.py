@@ -33,7 +33,8 @@ class TensorSpec:
     name: str = "x"
     # dim index -> symbolic name ("batch", "seq"); used by dynamic-shape experiments
     dynamic_dims: Mapping[int, str] = field(default_factory=dict)
-    # "randn" (normal), "rand" (uniform [0,1)), or "randint:<high>" for index inputs
+    # "randn" (normal), "rand" (uniform [0,1)), "randint:<high>" for index inputs, or "ones"
+    # (an attention mask that attends to every token, as real inference passes it)
     init: str = "randn"
 
     def numel(self) -> int:
@@ -136,7 +137,7 @@ class Workload:
                 raise WorkloadError(f"{where}: input {spec.name!r} dtype {spec.dtype!r} not one of {DTYPES}")
             if not _valid_init(spec.init):
                 raise WorkloadError(
-                    f"{where}: input {spec.name!r} init {spec.init!r} is not 'randn', 'rand' or 'randint:<high>'")
+                    f"{where}: input {spec.name!r} init {spec.init!r} is not 'randn', 'rand', 'ones' or 'randint:<high>'")
             for dim in spec.dynamic_dims:
                 if not (0 <= int(dim) < len(spec.shape)):
                     raise WorkloadError(f"{where}: input {spec.name!r} dynamic dim {dim} out of range")
@@ -179,7 +180,7 @@ def lazy(module: str, name: str) -> Callable[..., Any]:
 
 
 def _valid_init(init: Any) -> bool:
-    if init in ("randn", "rand"):
+    if init in ("randn", "rand", "ones"):
         return True
     if isinstance(init, str) and init.startswith("randint:"):
         high = init.split(":", 1)[1]

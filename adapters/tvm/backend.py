@@ -152,6 +152,17 @@ class _TvmBase(Backend):
     devices = ("cpu", "cuda")
     runtime_modules = ("tvm", "tvm.relax", "tvm.relax.frontend.torch", "tvm.s_tir.meta_schedule",
                        "tvm.s_tir.dlight")
+    reproducer = """\
+import tvm
+from tvm import relax
+from tvm.relax.frontend.torch import from_exported_program
+with torch.no_grad():
+    mod = from_exported_program(torch.export.export(model, tuple(inputs)), unwrap_unit_return_tuple=True)
+target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": 2})
+executable = tvm.compile(mod, target=target)
+vm = relax.VirtualMachine(executable, tvm.cpu())
+print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
+"""
 
     @classmethod
     def status_notes(cls, info: dict[str, Any], tuning_s: float | None) -> list[str]:

@@ -65,7 +65,7 @@ class CellSpecs:
         cfg = self.config
         return CellSpec(
             workload=workload.name,
-            workload_files=tuple(str(Path(f).resolve()) for f in cfg.workload_files),
+            workload_files=tuple(cfg.workload_files),  # resolved by make_config (files, and --model specs' paths)
             workload_key=variant_key(workload, cfg.size, batch, dtype),
             size=cfg.size,
             batch=batch,

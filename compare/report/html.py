@@ -408,10 +408,23 @@ def draw_plots(results: RunResults) -> tuple[list[tuple[str, str]], list[str]]:
     return plots, failures
 
 
+def coverage_grid(results: RunResults) -> dict | None:
+    """The coverage matrix as report.html's coloured grid: cells' text and status (the class
+    that colours them), with the per-backend rows below it."""
+    from compare.report import coverage
+
+    if not coverage.applies(results) or not (records := coverage.matrix(results)):
+        return None
+    header, rows = coverage.grid(records)
+    return {"header": header, "rows": rows,
+            "backends": pd.DataFrame(coverage.backend_rows(records)).to_html(index=False, escape=True)}
+
+
 def render_html(results: RunResults) -> str:
     geo = geomean_rows(results)
     plots, plot_failures = draw_plots(results)
     return templates().get_template("report.html").render(
+        coverage=coverage_grid(results),
         run_id=results.run_id, state=results.state, check_script=_CHECK_SCRIPT,
         environment_line=environment_line(results), conditions_line=conditions_line(results), noise_line=noise_line(results),
         reference_line=reference_line(results) or "",

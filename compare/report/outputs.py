@@ -21,6 +21,12 @@ def write_outputs(results: RunResults, run_dir: str | Path, *, record: bool = Tr
         from compare.report.html import write_html
 
         write_html(results, run_dir)
+        from compare.report import coverage
+
+        if coverage.applies(results):
+            from compare.report.reproducers import write_reproducers
+
+            write_reproducers(results, run_dir)
         if "dynamic_shapes" in results.experiments or "roofline_ceilings" in results.experiments:
             from compare.report.paper import write_paper
 

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from compare.measure.stats import geometric_mean
+from compare.report.backends import backend_class
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
@@ -99,18 +100,6 @@ def fmt_numerics(cell: Cell) -> str:
     if cell.numerics_ok is None:
         return "-"
     return fmt_err(cell.max_abs_err) + ("" if cell.numerics_ok else " FAIL")
-
-
-def backend_class(name: str):
-    """The backend's class, for what it contributes to the reports; the base class for a
-    backend not installed here (its cells still show, without its own notes)."""
-    from adapters import backend_classes, split_variant
-    from adapters.base import Backend
-
-    try:
-        return backend_classes().get(split_variant(name)[0], Backend)
-    except ValueError:
-        return Backend
 
 
 def fmt_status(cell: Cell) -> str:
@@ -451,6 +440,7 @@ def summary_markdown(results: RunResults) -> str:
         f"Conditions: {conditions_line(results)}",
         "",
         *([noise, ""] if (noise := noise_line(results)) else []),
+        *([coverage_md] if (coverage_md := coverage_markdown(results)) else []),
         frame.to_markdown(index=False) if len(frame) else "(no cells)",
         "",
         "Latency: median per call with half the interquartile range; eager is timed alternately with each "
@@ -500,10 +490,21 @@ def summary_markdown(results: RunResults) -> str:
     return "\n".join(lines) + "\n"
 
 
+def coverage_markdown(results: RunResults) -> str:
+    """The coverage matrix heads a zoo or --model run's summary (compare/report/coverage.py)."""
+    from compare.report import coverage
+
+    return coverage.markdown(results) if coverage.applies(results) else ""
+
+
 def write_tables(results: RunResults, out_dir: str | Path) -> None:
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "results.csv", cells_frame(results).to_csv(index=False))
     atomic_write_text(out_dir / "summary.md", summary_markdown(results))
+    from compare.report import coverage
+
+    if coverage.applies(results):
+        coverage.write_harness_csvs(results, out_dir)
 
 
 def rich_table(results: RunResults):

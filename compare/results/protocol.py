@@ -262,9 +262,9 @@ STATS_FIELDS = ("latency", "eager_latency", "fp32_eager_latency")
 PROCESS_ONLY = ("round_s", "experiment", "worker_s", "started_at")
 
 
-def ended(status: str, error: str, transient: bool | None = None) -> CellMeasurement:
+def ended(status: str, error: str, transient: bool | None = None, info: dict[str, Any] | None = None) -> CellMeasurement:
     """A cell that ended without a result. Timeouts and out-of-memory kills are transient
     unless said otherwise; so is a worker killed from outside or lost with its node (the
-    caller says so)."""
-    return CellMeasurement(status=status, error=error,
+    caller says so). ``info``: what the worker knew, such as the phase it failed in."""
+    return CellMeasurement(status=status, error=error, info=info or {},
                            transient=status in TRANSIENT_STATUSES if transient is None else transient)

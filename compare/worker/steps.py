@@ -32,9 +32,14 @@ from compare.measure.cpus import parse_cpu_list
 from compare.measure.numerics import QUANTIZED_DTYPES, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
+from workloads.zoo import guard_torchvision
+
+PHASE = {"last": "start"}  # the phase this worker last announced: where a failure happened
 
 
 def emit(**event: Any) -> None:
+    if "phase" in event:
+        PHASE["last"] = event["phase"]
     sys.stdout.write(protocol.encode_event(**event))
     sys.stdout.flush()
 
@@ -163,6 +168,7 @@ def prepare_worker(spec: CellSpec):
     start = time.perf_counter()
     import torch
 
+    guard_torchvision(torch.__version__)  # before any library imports it (transformers, timm)
     for name in COMMON_MODULES:
         importlib.import_module(name)
     torch_import_s = time.perf_counter() - start
@@ -736,6 +742,13 @@ def _delta(value: float | None, base: float | None) -> float | None:
     return None if value is None or base is None else value - base
 
 
+def failure_info(exc: BaseException) -> dict[str, Any]:
+    """Where a cell failed, for the coverage matrix: the phase, the exception's type and
+    module (torch.export's and dynamo's own errors say the export failed), and its first line."""
+    return {"failed_phase": PHASE["last"], "exception": f"{type(exc).__module__}.{type(exc).__name__}",
+            "first_error_line": (str(exc).strip().splitlines() or [""])[0][:300]}
+
+
 def main(argv: list[str] | None = None, measure=measure_cell) -> int:
     """``python -m compare.worker SPEC RESULT``: ``measure`` the spec's cell, write its result."""
     argv = sys.argv[1:] if argv is None else argv
@@ -754,11 +767,11 @@ def main(argv: list[str] | None = None, measure=measure_cell) -> int:
         result = protocol.ended("unavailable", str(exc))
     except MemoryError as exc:
         traceback.print_exc()
-        result = protocol.ended("out_of_memory", f"MemoryError in worker: {exc}".strip())
+        result = protocol.ended("out_of_memory", f"MemoryError in worker: {exc}".strip(), info=failure_info(exc))
     except Exception as exc:  # any backend error costs only this cell
         traceback.print_exc()
         status = "out_of_memory" if protocol.looks_out_of_memory(str(exc)) else "failed"
-        result = protocol.ended(status, one_line(exc))
+        result = protocol.ended(status, one_line(exc), info=failure_info(exc))
     result = dataclasses.replace(result, worker_s=time.perf_counter() - start)
     atomic_write_json(result_path, result.to_dict())
     sys.stdout.flush()

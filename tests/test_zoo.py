@@ -1,0 +1,226 @@
+"""Real models as users bring them (issue 44): every intake kind builds offline, a name that
+needs a download is one line and exit 2, each coverage status is produced and classified,
+the dynamo harness's CSV layout, and a small zoo through three compilers."""
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from compare.report import coverage
+from compare.results.schema import Cell, RunResults
+from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
+
+HAVE_ZOO = all(importlib.util.find_spec(m) for m in ("transformers", "timm", "torchvision"))
+needs_zoo = pytest.mark.skipif(not HAVE_ZOO, reason="the [zoo] extra is not installed")
+TINY_LLAMA = FIXTURES / "tiny_llama" / "config.json"
+BUILD = """
+import json, sys, torch
+from workloads import build_model, make_inputs, resolve_workloads
+(w,) = resolve_workloads(None, [sys.argv[1]], "none")
+size = sys.argv[2]
+model, inputs = build_model(w, size), make_inputs(w.input_specs(size))
+with torch.no_grad():
+    out = model(*inputs)
+print(json.dumps({"name": w.name, "shape": list(out.shape), "finite": bool(torch.isfinite(out).all()),
+                  "description": w.description, "inputs": [s.name for s in w.input_specs(size)]}))
+"""
+
+
+def _build(spec: str, size: str = "default") -> dict:
+    """Build and call the spec's model in a fresh process with the network variables of an
+    offline machine: nothing may be fetched."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", BUILD, spec, size], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@needs_zoo
+@pytest.mark.parametrize("spec,shape", [
+    (f"hf:{TINY_LLAMA}", [1, 128, 1000]),  # a config.json: logits over the vocabulary
+    ("timm:convnext_atto", [1, 1000]),
+    ("torchvision:resnet18", [1, 1000]),
+])
+def test_each_intake_kind_builds_offline(spec, shape):
+    built = _build(spec)
+    assert built["shape"] == shape and built["finite"]
+
+
+@needs_zoo
+def test_a_text_model_is_called_with_its_attention_mask():
+    built = _build(f"hf:{TINY_LLAMA}")
+    assert built["inputs"] == ["input_ids", "attention_mask"]
+    assert "LlamaForCausalLM(input_ids, attention_mask, use_cache=False).logits" in built["description"]
+
+
+@needs_zoo
+def test_every_zoo_entry_builds_at_the_small_size():
+    code = ("import torch\nfrom workloads import builtin_workloads, build_model, make_inputs\n"
+            "for name, w in builtin_workloads('zoo').items():\n"
+            "    out = build_model(w, 'small')(*make_inputs(w.input_specs('small')))\n"
+            "    assert torch.isfinite(out).all(), name\n"
+            "    print(name)\n")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(proc.stdout.split()) >= 16
+
+
+@needs_zoo
+def test_a_local_folder_loads_its_own_weights(tmp_path):
+    """hf:DIR with safetensors: the user's weights, not seeded random ones."""
+    code = ("import sys, torch, transformers\n"
+            "from workloads.zoo.build import import_torchvision\nimport_torchvision()\n"
+            "config = transformers.AutoConfig.from_pretrained(sys.argv[1])\n"
+            "torch.manual_seed(123)\nmodel = transformers.LlamaForCausalLM(config)\n"
+            "model.save_pretrained(sys.argv[2])\n"
+            "print(float(model.model.embed_tokens.weight[0, 0]))\n")
+    saved = subprocess.run([sys.executable, "-c", code, str(TINY_LLAMA.parent), str(tmp_path / "mine")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    check = BUILD.replace('print(json.dumps({', 'print(json.dumps({"w": float(model.model.model.embed_tokens.weight[0, 0]), ')
+    proc = subprocess.run([sys.executable, "-c", check, f"hf:{tmp_path / 'mine'}", "default"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    built = json.loads(proc.stdout.splitlines()[-1])
+    assert built["w"] == pytest.approx(float(saved.stdout.split()[-1]))
+    assert "its weights" in built["description"]
+
+
+def test_a_saved_export_program_runs_through_a_torch_backend(tmp_path):
+    code = ("import sys, torch\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"
+            "torch.export.save(torch.export.export(m, (torch.randn(2, 8),)), sys.argv[1])\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "mlp.pt2")], check=True, cwd=ROOT, timeout=120)
+    proc = run_cli("--model", f"pt2:{tmp_path / 'mlp.pt2'}", "--backends", "inductor", *FAST, "--processes", "1",
+                   "--output-dir", tmp_path / "run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = {c["backend"]: c for c in load_results(tmp_path / "run")["cells"]}
+    assert set(cells) == {"eager", "inductor"}  # --model alone: no survey graphs beside it
+    assert cells["inductor"]["status"] == "ok" and cells["inductor"]["numerics_ok"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("spec,words", [
+    ("hf:meta-llama/Llama-3.2-1B", "never downloads"),
+    ("hf:no_such_entry", "never downloads"),
+    ("timm:resnet50.a1_in1k", "pretrained tag would need a download"),
+    ("pt2:/nonexistent/model.pt2", "no such file"),
+    ("onnx:/tmp/model.onnx", "not taken yet"),
+])
+def test_a_model_that_needs_a_download_or_is_missing_is_one_line_and_exit_2(spec, words, tmp_path, capsys):
+    if spec.startswith("timm:") and not HAVE_ZOO:
+        pytest.skip("timm is not installed")
+    from compare import cli
+
+    code = cli.main(["--model", spec, "--backends", "inductor", "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and words in err[0], err
+
+
+def _cell(backend, status="failed", error=None, info=None, numerics_ok=True, workload="m"):
+    return Cell(workload=workload, backend=backend, status=status, error=error, info=info or {},
+                numerics_ok=numerics_ok if status == "ok" else None)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("cell,eager,expected", [
+    (_cell("ort", "ok"), _cell("eager", "ok"), ("pass", "")),
+    (_cell("ort", "ok", numerics_ok=False), _cell("eager", "ok"), ("fail_accuracy", "max abs err None")),
+    # the errors of issue 44's Llama, as each compiler printed them
+    (_cell("openvino", error="OpConversionFailure: No conversion rule found for operations: aten::diff",
+           info={"failed_phase": "convert"}), None, ("fail_convert", "aten::diff")),
+    (_cell("iree", error="iree-compile error: failed to legalize operation 'torch.aten.diff' that was explicitly "
+                         "marked illegal", info={"failed_phase": "compile"}), None, ("fail_convert", "torch.aten.diff")),
+    (_cell("iree", error="iree-compile error: failed to legalize operation 'torch.vtensor.literal'",
+           info={"failed_phase": "compile"}), None, ("fail_convert", "torch.vtensor.literal")),
+    (_cell("tvm", error="InternalError: Check failed: (MatchesCode(kDLFloat)) is false: CreateAdd",
+           info={"failed_phase": "build", "exception": "tvm.error.InternalError",
+                 "first_error_line": "Check failed: (MatchesCode(kDLFloat)) is false: CreateAdd"}), None,
+     ("fail_compile", "Check failed: (MatchesCode(kDLFloat)) is false: CreateAdd")),
+    (_cell("xla", error="Unsupported: data-dependent", info={"failed_phase": "export",
+                                                             "exception": "torch._dynamo.exc.Unsupported"}),
+     None, ("fail_export", "Unsupported: data-dependent")),
+    (_cell("ort", "timeout", error="no result within 900 s (was in phase 'compile')"), None,
+     ("timeout", "no result within 900 s (was in phase 'compile')")),
+    (_cell("ort", "out_of_memory", error="worker ran out of memory in phase 'compile': killed"), None,
+     ("oom", "worker ran out of memory in phase 'compile': killed")),
+    (_cell("ort", "ok"), _cell("eager", error="RuntimeError: shapes do not match"),
+     ("eager_fail", "RuntimeError: shapes do not match")),
+    (_cell("tvm", "unavailable", error="apache-tvm is not installed"), None, ("unavailable", "apache-tvm is not installed")),
+])
+def test_each_failure_is_classified(cell, eager, expected):
+    assert coverage.classify(cell, eager) == expected
+
+
+@pytest.mark.unit
+def test_the_harness_csvs_have_its_columns_and_values(tmp_path):
+    from compare.measure.stats import summarize
+
+    def ok(backend, ms):
+        return Cell(workload="bert", backend=backend, status="ok", latency=summarize([ms / 1e3] * 10, 1),
+                    eager_latency=summarize([2e-3] * 10, 1), numerics_ok=True, speedup=2.0 / ms, compile_s=3.0,
+                    peak_rss_mb=1000.0)
+
+    cells = [ok("eager", 2.0), ok("ort", 1.0), _cell("openvino", error="No conversion rule found for operations: aten::diff",
+                                                    workload="bert"),
+             _cell("tvm", "unavailable", error="not installed", workload="bert")]
+    results = RunResults(environment={}, config={"suite": "zoo"}, cells=cells)
+    written = {p.name for p in coverage.write_harness_csvs(results, tmp_path)}
+    assert written == {f"{b}_zoo_fp32_inference_cpu_{k}.csv" for b in ("ort", "openvino") for k in ("accuracy", "performance")}
+    rows = {p: list(csv.DictReader(open(tmp_path / "coverage" / p))) for p in written}
+    assert list(rows["ort_zoo_fp32_inference_cpu_accuracy.csv"][0]) == ["dev", "name", "batch_size", "accuracy"]
+    assert rows["ort_zoo_fp32_inference_cpu_accuracy.csv"][0]["accuracy"] == "pass"
+    assert rows["openvino_zoo_fp32_inference_cpu_accuracy.csv"][0]["accuracy"] == "fail_to_run"
+    perf = rows["ort_zoo_fp32_inference_cpu_performance.csv"][0]
+    assert list(perf) == list(coverage.PERFORMANCE_COLUMNS)
+    assert float(perf["speedup"]) == 2.0 and float(perf["abs_latency"]) == pytest.approx(1.0)
+    assert float(perf["compilation_latency"]) == 3.0 and float(perf["dynamo_peak_mem"]) == pytest.approx(1000 * 2**20 / 1e9)
+    failed = rows["openvino_zoo_fp32_inference_cpu_performance.csv"][0]
+    assert (failed["batch_size"], float(failed["speedup"]), float(failed["abs_latency"])) == ("0", 0.0, 0.0)
+
+
+@needs_zoo
+def test_a_small_zoo_through_three_compilers_writes_the_matrix(tmp_path):
+    proc = run_cli("--suite", "zoo", "--workloads", "llama,resnet50", "--size", "small",
+                   "--backends", "inductor,ort,openvino", *FAST, "--processes", "1", "--output-dir", tmp_path)
+    cells = load_results(tmp_path)["cells"]
+    assert len(cells) == 8, proc.stdout + proc.stderr
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.index("## Coverage") < summary.index("| workload")  # the matrix comes first
+    assert "| llama |" in summary and "| resnet50 |" in summary
+    for backend in ("inductor", "ort", "openvino"):
+        assert (tmp_path / "coverage" / f"{backend}_zoo_fp32_inference_cpu_accuracy.csv").exists()
+    assert 'class="coverage"' in (tmp_path / "report.html").read_text()
+
+
+def _raiser_path(site):
+    """The raiser test backend, registered as a package would register it."""
+    info = site / "dlcompare_raiser-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlcompare-raiser\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[dlcompare.backends]\nraiser = dlcompare_raiser_backend:RaiserBackend\n")
+    return os.pathsep.join([str(site), str(FIXTURES / "plugin")])
+
+
+@needs_zoo
+def test_a_backend_failing_in_each_phase_is_classified_in_the_matrix(tmp_path):
+    """One run, the raiser backend three times (a variant per phase it fails in)."""
+    env = {"PYTHONPATH": _raiser_path(tmp_path / "site")}
+    variants = {"raiser:raiser-fail=export": ("fail_export", "data-dependent branching in forward"),
+                "raiser:raiser-fail=convert": ("fail_convert", "aten::diff"),
+                "raiser:raiser-fail=compile": ("fail_compile", "LLVM ERROR: Cannot select: a made-up instruction")}
+    proc = run_cli("--model", f"hf:{TINY_LLAMA}", "--backends", ",".join(variants), *FAST, "--processes", "1",
+                   "--output-dir", tmp_path / "run", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = RunResults.from_dict(load_results(tmp_path / "run"))
+    records = {r["backend"]: r for r in coverage.matrix(results)}
+    summary = (tmp_path / "run" / "summary.md").read_text()
+    for backend, (status, detail) in variants.items():
+        assert records[backend]["status"] == status and detail in records[backend]["detail"], records[backend]
+        assert f"{status}: " in summary

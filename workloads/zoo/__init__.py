@@ -1,0 +1,145 @@
+"""Real architectures as users bring them: the zoo suite and ``--model`` specs.
+
+A zoo entry is a small JSON file in ``configs/`` that names a transformers, timm or
+torchvision architecture at its published size, with a shrunk ``small`` size for tests,
+the inputs its forward expects and the output the benchmark returns. Weights are seeded
+random: nothing is downloaded, ever. Defining the workloads reads JSON only; torch and
+the model libraries are imported in the worker (``workloads.zoo.build``).
+
+Every model is called as real inference calls it, the same call for every backend:
+keyword inputs by name (a text model gets ``input_ids`` *and* an all-ones
+``attention_mask``), no KV cache returned (``use_cache=False``), one output tensor, with
+transformers' SDPA attention where the class has it (else its own: DeBERTa-v2).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..base import TensorSpec, Workload, WorkloadError, lazy
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+KINDS = ("text", "text2text", "image", "mel", "waveform")
+
+
+def guard_torchvision(torch_version: str) -> bool:
+    """Make torchvision importable beside a CPU torch, before anything imports it.
+
+    The registry's torchvision 0.28.0 is a CUDA build: its C++ ops (nms, roi_align) cannot
+    load beside torch 2.13.0+cpu, and its import then fails registering their fake kernels
+    ("operator torchvision::nms does not exist"), which takes transformers and timm down
+    with it. The models need none of those ops: stand in for that registration module, so
+    classification and segmentation models build (a detection model's nms raises when
+    called). Reads torchvision's version file only; True when the stand-in was put in."""
+    import importlib.util
+    import sys
+    import types
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations or "+cpu" not in torch_version:
+        return False
+    version_file = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    built = version_file.read_text() if version_file.is_file() else ""
+    if "+cu" not in built:
+        return False
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    return True
+
+
+def import_torchvision():
+    """torchvision, importable beside the CPU torch (``guard_torchvision``)."""
+    import torch
+
+    guard_torchvision(torch.__version__)
+    import torchvision
+
+    return torchvision
+
+
+def entry_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def load_entry(name: str) -> dict[str, Any]:
+    path = CONFIG_DIR / f"{name}.json"
+    if not path.is_file():
+        raise WorkloadError(f"no zoo entry {name!r} (known: {', '.join(entry_names())})")
+    return json.loads(path.read_text())
+
+
+def sized_config(entry: Mapping[str, Any], size: str) -> dict[str, Any]:
+    """The entry's model config (hf) or model name (timm, torchvision) at ``size``."""
+    small = size == "small"
+    if entry["source"] == "hf":
+        return {**entry["config"], **(entry.get("small", {}) if small else {})}
+    return {"model": (entry.get("small") or {}).get("model", entry["model"]) if small else entry["model"]}
+
+
+def call_text(entry: Mapping[str, Any]) -> str:
+    """How the model is called, stated in the workload's description and in every table."""
+    names = ", ".join(name for name, _ in input_names(entry["inputs"]["kind"]))
+    what = "encoder" if entry.get("class") == "WhisperModel" else entry.get("class") or entry.get("model")
+    extra = ", use_cache=False" if entry.get("family") in ("decoder", "encoder-decoder") else ""
+    output = f".{entry['output']}" if entry.get("output") else ""
+    return f"{what}({names}{extra}){output}"
+
+
+def input_names(kind: str) -> list[tuple[str, str]]:
+    """(name, role) of each input the forward takes, in call order."""
+    return {"text": [("input_ids", "ids"), ("attention_mask", "mask")],
+            "text2text": [("input_ids", "ids"), ("attention_mask", "mask"), ("decoder_input_ids", "decoder_ids")],
+            "image": [("pixel_values", "image")],
+            "mel": [("input_features", "mel")],
+            "waveform": [("input_values", "waveform")]}[kind]
+
+
+def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
+    """The seeded inputs at one size: token ids below the vocabulary, an all-ones mask."""
+    b, kind = params["batch"], params["kind"]
+    shapes = {"ids": ((b, params.get("seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
+              "mask": ((b, params.get("seq", 0)), "int64", "ones"),
+              "decoder_ids": ((b, params.get("decoder_seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
+              "image": ((b, 3, params.get("image", 0), params.get("image", 0)), "float32", "randn"),
+              "mel": ((b, params.get("mel_bins", 0), params.get("frames", 0)), "float32", "randn"),
+              "waveform": ((b, params.get("samples", 0)), "float32", "randn")}
+    specs = []
+    for name, role in input_names(kind):
+        shape, dtype, init = shapes[role]
+        specs.append(TensorSpec(shape, dtype, name=name, init=init))
+    return specs
+
+
+def size_params(entry: Mapping[str, Any], size: str, origin: str) -> dict[str, Any]:
+    """The workload's parameters at ``size``: where the entry is, the inputs, batch 1."""
+    inputs = {**entry["inputs"], **(entry.get("inputs_small", {}) if size == "small" else {})}
+    if inputs.get("kind") not in KINDS:
+        raise WorkloadError(f"zoo entry {entry.get('name')!r}: inputs.kind must be one of {', '.join(KINDS)}")
+    config = sized_config(entry, size)
+    params: dict[str, Any] = {"origin": origin, "size": size, "batch": 1, **inputs}
+    if inputs["kind"] in ("text", "text2text"):
+        params["vocab"] = int(config["vocab_size"])
+    if inputs["kind"] == "mel":
+        params["mel_bins"] = int(config.get("num_mel_bins", 80))
+    return params
+
+
+def entry_workload(entry: Mapping[str, Any], origin: str, sizes: tuple[str, ...] = ("small", "default")) -> Workload:
+    """A Workload for a zoo entry (``origin``: ``zoo:<name>``, or the path of a user's entry)."""
+    for key in ("name", "title", "source", "inputs"):
+        if key not in entry:
+            raise WorkloadError(f"model entry {origin}: missing field {key!r}")
+    return Workload(
+        name=entry["name"],
+        description=f"{entry['title']}; called as {call_text(entry)}",
+        sizes={size: size_params(entry, size, origin) for size in sizes},
+        build=lazy("zoo.build", "build_model"),
+        inputs=input_specs,
+        tags=("zoo", entry.get("family", "model")),
+        source=origin,
+        batch_param="batch",
+    )
+
+
+def zoo_workloads() -> list[Workload]:
+    return [entry_workload(load_entry(name), f"zoo:{name}") for name in entry_names()]

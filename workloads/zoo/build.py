@@ -1,0 +1,110 @@
+"""The zoo's models, built in the worker: transformers from configs, timm and torchvision
+without pretrained weights, saved torch.export programs. Imported by ``build_model`` only."""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from . import import_torchvision, input_names, load_entry, sized_config
+
+# Nothing is downloaded at run time: every library that could reach a hub is told so.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+ATTENTION = "sdpa"  # transformers' default attention on CPU, named so every backend gets the same graph
+
+
+class Called(nn.Module):
+    """The model called as real inference calls it: keyword inputs by name, one output
+    (a ModelOutput field or a dict key; a tensor as it is)."""
+
+    def __init__(self, model: nn.Module, names: list[str] | None, output: str | None, extra: Mapping[str, Any]):
+        super().__init__()
+        self.model, self.names, self.output, self.extra = model, names, output, dict(extra)
+
+    def forward(self, *tensors):
+        if self.names is None:  # timm and torchvision take the image positionally
+            out = self.model(*tensors)
+        else:
+            out = self.model(**dict(zip(self.names, tensors)), **self.extra)
+        if self.output is None:
+            return out
+        return out[self.output] if isinstance(out, dict) else getattr(out, self.output)
+
+
+class Program(nn.Module):
+    """A saved torch.export program as a module: its mode was fixed when it was exported
+    (its own ``eval()`` raises), so ``train``/``eval`` leave it as it is."""
+
+    def __init__(self, program: nn.Module):
+        super().__init__()
+        self.program = program
+
+    def train(self, mode: bool = True) -> "Program":
+        self.training = mode
+        return self
+
+    def forward(self, *tensors):
+        return self.program(*tensors)
+
+
+def build_model(params: Mapping[str, Any]) -> nn.Module:
+    """The workload's module: the entry behind ``params['origin']`` at ``params['size']``."""
+    os.environ.update(OFFLINE_ENV)
+    with contextlib.suppress(ImportError):
+        import_torchvision()  # before transformers and timm, which import it when it is there
+    origin = params["origin"]
+    if origin.startswith("pt2:"):
+        return Program(torch.export.load(origin[4:]).module())
+    if origin.startswith("zoo:"):
+        entry = load_entry(origin[4:])
+    else:
+        from .intake import spec_entry
+
+        entry = spec_entry(origin)
+    model = {"hf": hf_model, "timm": timm_model, "torchvision": torchvision_model}[entry["source"]](entry, params["size"])
+    names = [name for name, _ in input_names(entry["inputs"]["kind"])] if entry["source"] == "hf" else None
+    accepted = inspect.signature(model.forward).parameters
+    extra = {"use_cache": False} if "use_cache" in accepted else {}
+    return Called(model.eval(), names, entry.get("output"), extra)
+
+
+def hf_model(entry: Mapping[str, Any], size: str) -> nn.Module:
+    import transformers
+
+    cls = getattr(transformers, entry["class"], None)
+    if cls is None:
+        raise ValueError(f"transformers {transformers.__version__} has no class {entry['class']!r}")
+    # SDPA where the class has it, else its own attention (DeBERTa-v2 has no SDPA path).
+    attention = ATTENTION if getattr(cls, "_supports_sdpa", False) else "eager"
+    if entry.get("weights"):
+        return cls.from_pretrained(entry["weights"], local_files_only=True, attn_implementation=attention)
+    config = dict(sized_config(entry, size))
+    config.pop("architectures", None)
+    config = transformers.AutoConfig.for_model(**config)
+    model = cls._from_config(config, attn_implementation=attention)
+    return model.get_encoder() if entry["class"] == "WhisperModel" else model
+
+
+def timm_model(entry: Mapping[str, Any], size: str) -> nn.Module:
+    import_torchvision()  # timm imports torchvision's transforms
+    import timm
+
+    return timm.create_model(sized_config(entry, size)["model"], pretrained=False)
+
+
+def torchvision_model(entry: Mapping[str, Any], size: str) -> nn.Module:
+    models = import_torchvision().models
+    name = sized_config(entry, size)["model"]
+    builder = models.get_model_builder(name)
+    # Segmentation and detection builders load ImageNet backbone weights by default: not here.
+    kwargs = {"weights_backbone": None} if "weights_backbone" in inspect.signature(builder).parameters else {}
+    model = builder(weights=None, **kwargs)
+    if hasattr(model, "aux_classifier"):
+        model.aux_classifier = None
+    return model
+
+
