@@ -89,8 +89,10 @@ def first_line(text: str | None, limit: int = 160) -> str:
 
 def applies(results: RunResults) -> bool:
     """The matrix heads the reports of a zoo run and of a run with --model specs."""
+    from workloads.zoo.intake import is_model_spec
+
     cfg = results.config
-    return cfg.get("suite") == "zoo" or any(":" in str(f) and not str(f).startswith("/") for f in cfg.get("workload_files", []))
+    return cfg.get("suite") == "zoo" or any(is_model_spec(f) for f in cfg.get("workload_files", []))
 
 
 def _variants(results: RunResults) -> dict[tuple, dict[str, Cell]]:
@@ -108,7 +110,8 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
         eager = cells.get("eager")
         for backend, cell in cells.items():
             status, detail = classify(cell, eager)
-            out.append({"model": workload, "size": size, "batch": cell.batch, "dtype": dtype, "device": device,
+            out.append({"model": workload, "label": cell.label, "size": size, "batch": cell.batch, "dtype": dtype,
+                        "device": device, "latency_ms": cell.latency.median if cell.latency else None,
                         "backend": backend, "status": status, "detail": detail,
                         "speedup": cell.speedup if status == "pass" else None,
                         "speedup_ci": cell.speedup_ci if status == "pass" else None,
@@ -120,13 +123,13 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
 def backend_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per backend: pass rate, and the speedup geomean over the models every backend passed."""
     backends = list(dict.fromkeys(r["backend"] for r in records if r["backend"] != "eager"))
-    models = list(dict.fromkeys(r["model"] for r in records))
-    passed_everywhere = [m for m in models if all(r["status"] == "pass" for r in records if r["model"] == m)]
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    passed_everywhere = [m for m in labels if all(r["status"] == "pass" for r in records if r["label"] == m)]
     rows = []
     for backend in backends:
         mine = [r for r in records if r["backend"] == backend]
         passed = [r for r in mine if r["status"] == "pass"]
-        common = [r["speedup"] for r in passed if r["model"] in passed_everywhere and r["speedup"]]
+        common = [r["speedup"] for r in passed if r["label"] in passed_everywhere and r["speedup"]]
         counts = {s: sum(r["status"] == s for r in mine) for s in STATUSES if s != "pass"}
         rows.append({"backend": backend, "pass rate": f"{len(passed)}/{len(mine)}",
                      "geomean speedup (models passing everywhere)":
@@ -145,7 +148,7 @@ def cell_text(record: dict[str, Any]) -> str:
 
 
 def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """{(model, backend): the script's path in the run folder} for every failed cell whose
+    """{(label, backend): the script's path in the run folder} for every failed cell whose
     backend has a reproducer; one script per distinct (backend, status, detail), named after
     the first model that showed it."""
     paths: dict[tuple[str, str], str] = {}
@@ -159,8 +162,8 @@ def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str
             snippet = None
         if snippet:
             key = (record["backend"], record["status"], record["detail"])
-            first.setdefault(key, f"reproducers/{record['model']}__{record['backend']}.py")
-            paths[(record["model"], record["backend"])] = first[key]
+            first.setdefault(key, f"reproducers/{slug(record['label'])}__{slug(record['backend'])}.py")
+            paths[(record["label"], record["backend"])] = first[key]
     return paths
 
 
@@ -170,9 +173,9 @@ def grid(records: list[dict[str, Any]]) -> tuple[list[str], list[tuple[str, list
     scripts = reproducer_paths(records)
     backends = list(dict.fromkeys(r["backend"] for r in records))
     rows = []
-    for model in dict.fromkeys(r["model"] for r in records):
-        mine = {r["backend"]: r for r in records if r["model"] == model}
-        rows.append((model, [(cell_text(mine[b]), mine[b]["status"], scripts.get((model, b))) if b in mine
+    for label in dict.fromkeys(r["label"] for r in records):
+        mine = {r["backend"]: r for r in records if r["label"] == label}
+        rows.append((label, [(cell_text(mine[b]), mine[b]["status"], scripts.get((label, b))) if b in mine
                              else ("-", "", None) for b in backends]))
     return ["model", *backends], rows
 
@@ -210,6 +213,10 @@ HARNESS_ACCURACY = {"pass": "pass", "fail_accuracy": "fail_accuracy", "timeout":
                     "fail_compile": "fail_to_run"}
 
 
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
 def performance_row(r: dict[str, Any], eager_peak_mb: float | None) -> dict[str, Any]:
     """The harness's performance row: a failed model has speedup and latency 0 (as its own);
     latency in ms, compile in s, peak resident memory in GB (10**9 bytes)."""
@@ -217,7 +224,7 @@ def performance_row(r: dict[str, Any], eager_peak_mb: float | None) -> dict[str,
     gb = lambda mb: (mb or 0.0) * 2**20 / 1e9  # noqa: E731
     compiled, eager = gb(r["peak_mb"]) if ok else 0.0, gb(eager_peak_mb) if ok else 0.0
     return {"dev": r["device"], "name": r["model"], "batch_size": (r["batch"] or 1) if ok else 0,
-            "speedup": r["speedup"] or 0.0, "abs_latency": r["eager_ms"] / r["speedup"] if ok and r["eager_ms"] else 0.0,
+            "speedup": r["speedup"] or 0.0, "abs_latency": (r["latency_ms"] or 0.0) if ok else 0.0,
             "compilation_latency": (r["compile_s"] or 0.0) if ok else 0.0,
             "compression_ratio": eager / compiled if compiled else 0.0, "eager_peak_mem": eager, "dynamo_peak_mem": compiled}
 
@@ -228,7 +235,7 @@ def write_harness_csvs(results: RunResults, run_dir: str | Path) -> list[Path]:
     import pandas as pd
 
     everything = matrix(results)
-    eager_peak = {r["model"]: r["peak_mb"] for r in everything if r["backend"] == "eager"}
+    eager_peak = {r["label"]: r["peak_mb"] for r in everything if r["backend"] == "eager"}
     records = [r for r in everything if r["backend"] != "eager" and r["status"] != "unavailable"]
     suite = results.config.get("suite", "zoo") if results.config.get("suite") == "zoo" else "models"
     folder = Path(run_dir) / "coverage"
@@ -241,7 +248,7 @@ def write_harness_csvs(results: RunResults, run_dir: str | Path) -> list[Path]:
         stem = f"{backend}_{suite}_{dtype}_inference_{device}"
         accuracy = pd.DataFrame([{"dev": r["device"], "name": r["model"], "batch_size": r["batch"] or 1,
                                   "accuracy": HARNESS_ACCURACY[r["status"]]} for r in rows], columns=ACCURACY_COLUMNS)
-        performance = pd.DataFrame([performance_row(r, eager_peak.get(r["model"])) for r in rows],
+        performance = pd.DataFrame([performance_row(r, eager_peak.get(r["label"])) for r in rows],
                                    columns=PERFORMANCE_COLUMNS)
         for kind, frame in (("accuracy", accuracy), ("performance", performance)):
             path = folder / f"{stem}_{kind}.csv"

@@ -100,14 +100,15 @@ def write_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
     """Write each distinct failure's script once; returns their paths."""
     from workloads import resolve_workloads
 
-    records = {(r["model"], r["backend"]): r for r in coverage.matrix(results)}
+    records = {(r["label"], r["backend"]): r for r in coverage.matrix(results)}
     versions = dict(results.environment.get("versions", {}))
     written = []
-    for (model, backend), rel in coverage.reproducer_paths(list(records.values())).items():
-        if rel in written or rel != f"reproducers/{model}__{backend}.py":
+    for (label, backend), rel in coverage.reproducer_paths(list(records.values())).items():
+        if rel in written:  # the same failure on another model: its first model's script serves
             continue
-        record = records[(model, backend)]
-        (workload,) = resolve_workloads([model], results.config.get("workload_files", []))
+        record = records[(label, backend)]
+        (workload,) = resolve_workloads([record["model"]], results.config.get("workload_files", []))
+        workload = workload.with_batch(record["batch"]) if record["batch"] is not None else workload
         text = script(record, workload, entry_of(workload, record["size"]), backend_class(backend).reproducer, versions)
         atomic_write_text(Path(run_dir) / rel, text)
         written.append(rel)
