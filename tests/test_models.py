@@ -18,6 +18,9 @@ def test_model_suite_is_selected_by_suite():
     assert len(resolve_workloads(None, suite="all")) == 11  # paper 5, models 5, llm 1
     # named workloads come from any suite
     assert [w.name for w in resolve_workloads(["gpt2", "mlp"])] == ["gpt2", "mlp"]
+    # ... and a name means one workload: the hand-written GPT-2, not the zoo's transformers one
+    assert resolve_workloads(["gpt2"])[0] is builtin_workloads("models")["gpt2"]
+    assert not set(builtin_workloads("all")) & set(builtin_workloads("zoo"))
     with pytest.raises(WorkloadError, match="unknown suite"):
         resolve_workloads(None, suite="nope")
 

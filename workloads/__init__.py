@@ -46,6 +46,16 @@ def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
     return {w.name: w for w in picked}
 
 
+def builtin_names_unique() -> dict[str, Workload]:
+    """Every built-in by name; a name in two suites would make ``--workloads NAME`` pick one
+    silently (the zoo's GPT-2 once shadowed the models suite's), so it is an error."""
+    hand_written, zoo = builtin_workloads("all"), builtin_workloads("zoo")
+    clash = sorted(set(hand_written) & set(zoo))
+    if clash:
+        raise WorkloadError(f"built-in workload names in two suites: {', '.join(clash)}")
+    return {**hand_written, **zoo}
+
+
 def load_workload_source(source: str | Path) -> list[Workload]:
     """The workloads of a ``--workload-file`` (a Python file) or of a ``--model`` spec."""
     from .zoo.intake import is_model_spec, spec_workloads
@@ -104,7 +114,7 @@ def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] =
     """Built-ins plus those from ``files`` (workload files and ``--model`` specs); ``names``
     picks (in order) from every built-in, None = the ``suite``'s built-ins and every workload
     in ``files``."""
-    available = {**builtin_workloads("all"), **builtin_workloads("zoo")}
+    available = builtin_names_unique()
     from_files: dict[str, Workload] = {}
     for file in files:
         for w in load_workload_source(file):
