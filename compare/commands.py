@@ -35,6 +35,8 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     console = Console(stderr=True)
     progress = None if args.quiet else RichProgress(console)
     runner = Runner(config, progress, write=write_outputs)
+    if not args.quiet:
+        print(f"compare: {run_estimate(runner, args, stored).line()}", file=sys.stderr)
 
     received = {"signal": None}
 
@@ -76,14 +78,31 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     return EXIT_CELL_FAILED if failed else EXIT_OK
 
 
+def history_path(args: argparse.Namespace, output_dir: str) -> Path:
+    return Path(args.history) if args.history else Path(output_dir).resolve().parent / "history.sqlite"
+
+
+def run_estimate(runner, args: argparse.Namespace, stored):
+    """How long the cells still to run will take, from what they took here before."""
+    from compare.harness.environment import cpu_model
+    from compare.harness.estimate import estimate, past_wall_s
+
+    cfg = runner.config
+    plan = [cell for cell in runner.plan() if stored is None or stored.cell(*cell) is None]
+    past = past_wall_s(history_path(args, cfg.output_dir), cpu_model(), cfg.threads)
+    floor_s = max(cfg.processes, 1) * float(cfg.timing.get("budget_s") or 0.0)
+    return estimate(plan, cfg.size, cfg.device, past, floor_s)
+
+
 class RichProgress:
     """Which cell, which phase: a live line on stderr while the run goes."""
 
     def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("left"), TimeRemainingColumn(),  # from the pace of the cells done so far
             console=console, transient=False,
         )
         self._task = None
@@ -131,7 +150,7 @@ def finalize_outputs(results, config, args, console) -> None:
     if not args.no_history:
         from compare.results.history import record_run
 
-        db = Path(args.history) if args.history else out_dir.resolve().parent / "history.sqlite"
+        db = history_path(args, config.output_dir)
         try:
             record_run(db, results, out_dir)
         except Exception as exc:  # sqlite errors, a full disk: the run's own files are already safe

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS cells (
     run_id TEXT, workload TEXT, backend TEXT, size TEXT, device TEXT, status TEXT,
     latency_ms REAL, eager_latency_ms REAL, speedup REAL, compile_s REAL,
-    max_abs_err REAL, numerics_ok INTEGER, peak_rss_mb REAL, cache TEXT, error TEXT,
+    max_abs_err REAL, numerics_ok INTEGER, peak_rss_mb REAL, cache TEXT, error TEXT, wall_s REAL,
     PRIMARY KEY (run_id, workload, backend, size, device)
 );
 CREATE INDEX IF NOT EXISTS cells_by_pair ON cells (workload, backend);
@@ -37,6 +37,8 @@ def connect(path: str | Path) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
     con.executescript(SCHEMA)
+    if "wall_s" not in {row[1] for row in con.execute("PRAGMA table_info(cells)")}:
+        con.execute("ALTER TABLE cells ADD COLUMN wall_s REAL")  # a database from before wall times were kept
     return con
 
 
@@ -58,11 +60,14 @@ def record_run(db_path: str | Path, results: RunResults, run_dir: str | Path) ->
             )
             con.execute("DELETE FROM cells WHERE run_id = ?", (results.run_id,))
             con.executemany(
-                "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO cells (run_id, workload, backend, size, device, status, latency_ms, eager_latency_ms, "
+                "speedup, compile_s, max_abs_err, numerics_ok, peak_rss_mb, cache, error, wall_s) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(results.run_id, c.label, c.backend, c.size, c.device, c.status,
                   c.latency.median if c.latency else None, _float(c.eager_median_ms), _float(c.speedup),
                   _float(c.compile_s), _float(c.max_abs_err),
-                  None if c.numerics_ok is None else int(c.numerics_ok), _float(c.peak_rss_mb), c.cache, c.error)
+                  None if c.numerics_ok is None else int(c.numerics_ok), _float(c.peak_rss_mb), c.cache, c.error,
+                  _float(c.wall_s))
                  for c in results.cells],
             )
     finally:
