@@ -284,6 +284,15 @@ class Backend(ABC):
     # lower ``model`` (an nn.Module in eval mode) on ``inputs`` (a list of tensors) with this
     # backend alone, as its own API is called, and run it once; None: no reproducer.
     reproducer: str | None = None
+    # ``--model onnx:PATH``: how this backend takes an ONNX file (the module's ``onnx_path``);
+    # None: it lowers torch programs only, and an ONNX workload is unavailable to it.
+    onnx_frontend: str | None = None
+
+    def unavailable_for(self, tags: Sequence[str]) -> str | None:
+        """Why this backend cannot take a workload so tagged; None: it can."""
+        if "onnx" in tags and self.onnx_frontend is None:
+            return f"{self.name} lowers torch programs only; an ONNX file goes to the backends with an ONNX frontend"
+        return None
 
     def int8_missing(self) -> str | None:
         """Why this backend cannot quantize here (no quantizer, or its package missing); None: it can."""

@@ -50,6 +50,9 @@ class EagerBackend(Backend):
     compiles = False
     quantizes = True  # int8: the PT2E-quantized model, run in eager (adapters/pt2e.py)
     quantizer_modules = ("torchao",)
+    # The module is called as it is: an ONNX file's module runs it in onnxruntime with graph
+    # optimizations off, the reference for ONNX workloads (workloads.zoo.onnx_file).
+    onnx_frontend = "the reference: onnxruntime with graph optimizations off"
 
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
@@ -66,4 +69,6 @@ class EagerBackend(Backend):
             with ctx.phase("quantize"):
                 module = pt2e.quantize(module, example_inputs, ctx.calibration)
             ctx.info["int8_ops"] = pt2e.op_counts(module)
+        if getattr(module, "reference", None):  # not torch: an ONNX file's module says what runs it
+            ctx.info["reference"] = module.reference
         return CompileResult(TorchCompiled(module, ctx.device), info=ctx.info)

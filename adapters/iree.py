@@ -230,6 +230,7 @@ module = rt.load_vm_flatbuffer_file("model.vmfb", driver="local-task")
 print(module.main(*[x.numpy() for x in inputs]))
 """
     packages = ("iree-base-compiler", "iree-base-runtime", "iree-turbine")
+    onnx_frontend = "iree-import-onnx, then iree-compile"
     install_hint = "pip install -e '.[iree]'"
     devices = ("cpu", "cuda")
     options_type = IreeOptions
@@ -298,7 +299,9 @@ print(module.main(*[x.numpy() for x in inputs]))
             vm_module = rt.VmModule.mmap(config.vm_instance, str(vmfb))
             context.add_vm_module(vm_module)
             module_name = vm_module.name
-            function = context.modules[module_name]["main"]
+            # iree-turbine names the entry point main; iree-import-onnx names it after the graph
+            names = [n for n in vm_module.function_names if "$" not in n and not n.startswith("__")]
+            function = context.modules[module_name]["main" if "main" in names or len(names) != 1 else names[0]]
             streams = _offline_streams(config, vm_module, context, ctx)
         ctx.info["driver"] = driver
         if driver == "local-task":
@@ -311,6 +314,8 @@ print(module.main(*[x.numpy() for x in inputs]))
     def _export_and_compile(cls, module, example_inputs, ctx: CompileContext, vmfb: Path, dynamic_shapes=None) -> None:
         from iree.turbine import aot
 
+        if getattr(module, "onnx_path", None):
+            return _import_onnx_and_compile(module.onnx_path, ctx, vmfb)
         with ctx.phase("export"):
             exported = aot.export(module, args=tuple(example_inputs), dynamic_shapes=dynamic_shapes)
         with ctx.phase("compile"):
@@ -322,6 +327,28 @@ print(module.main(*[x.numpy() for x in inputs]))
                 with compiler_errors(ctx.work_dir):
                     exported.compile(save_to=str(tmp), target_backends="llvm-cpu")
             os.replace(tmp, vmfb)  # a concurrent reader sees the old file or the new one
+
+
+def _import_onnx_and_compile(onnx_path: Path, ctx: CompileContext, vmfb: Path) -> None:
+    """--model onnx:PATH: IREE's own ONNX importer (iree-import-onnx, opset raised to 17, the
+    oldest it lowers), then the same iree-compile flags as every IREE cell."""
+    import subprocess
+    import sys
+
+    from iree.compiler import tools
+
+    mlir = ctx.work_dir / "model.mlir"
+    with ctx.phase("export"):
+        proc = subprocess.run([sys.executable, "-m", "iree.compiler.tools.import_onnx", str(onnx_path), "-o", str(mlir),
+                               "--opset-version", "17"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"iree-import-onnx failed: {first_error(proc.stderr) or proc.stderr.strip()[-300:]}")
+    with ctx.phase("compile"):
+        tmp = vmfb.with_name(f".{vmfb.name}.{os.getpid()}.tmp")
+        with compiler_errors(ctx.work_dir):
+            tools.compile_file(str(mlir), output_file=str(tmp), target_backends=["llvm-cpu"],
+                               extra_args=compile_flags(ctx))
+        os.replace(tmp, vmfb)
 
 
 def _offline_streams(config, vm_module, context, ctx: CompileContext) -> OfflineStreams | None:

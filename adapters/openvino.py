@@ -233,6 +233,7 @@ compiled = ov.compile_model(converted, "CPU")
 print(compiled([x.numpy() for x in inputs]))
 """
     packages = ("openvino",)
+    onnx_frontend = "openvino.convert_model on the file (its ONNX frontend)"
     install_hint = "pip install -e '.[openvino]'"
     devices = ("cpu",)
     runtime_modules = ("openvino",)
@@ -334,10 +335,11 @@ print(compiled([x.numpy() for x in inputs]))
         input shapes the cell's, with the dynamic experiment's dims left open."""
         import torch
 
-        fp32 = copy.deepcopy(module).float() if dtype != "fp32" else module
+        onnx_path = getattr(module, "onnx_path", None)  # --model onnx:PATH: OpenVINO's ONNX frontend
+        fp32 = copy.deepcopy(module).float() if dtype != "fp32" and not onnx_path else module
         inputs = tuple(t.float() if t.is_floating_point() else t for t in example_inputs)
         with ctx.phase("convert"), torch.no_grad():
-            model = ov.convert_model(fp32, example_input=inputs)
+            model = ov.convert_model(str(onnx_path)) if onnx_path else ov.convert_model(fp32, example_input=inputs)
             shapes = []
             for index, tensor in enumerate(inputs):
                 dims = dict(dynamic_dims[index]) if index < len(dynamic_dims) else {}
@@ -482,6 +484,7 @@ class OpenVinoDynamoBackend(OpenVinoBackend):
     int8_unavailable = ("NNCF quantizes an OpenVINO model or a torch.fx graph before compilation; the torch.compile "
                         "backend takes the fp32 module, and dlcompare measures int8 OpenVINO through `openvino`")
     description = "OpenVINO as a torch.compile backend (backend='openvino'), same CPU configuration"
+    onnx_frontend = None  # torch.compile takes torch code only
     runtime_modules = ("openvino", "openvino.torch", "torch._dynamo")
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:

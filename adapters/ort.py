@@ -199,6 +199,7 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
     options_type = OrtOptions
     runtime_modules = ("onnxruntime", "onnx", "onnxscript", "torch.onnx._internal.exporter._core")
 
+    onnx_frontend = "InferenceSession on the file"
     quantizes = True  # int8: onnxruntime.quantization.quantize_static on the fp32 export (quantize_settings)
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
@@ -288,6 +289,15 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
     def _export(module, example_inputs, ctx: CompileContext, model_path, dynamic_shapes=None) -> None:
         import torch
 
+        if getattr(module, "onnx_path", None):  # --model onnx:PATH: the user's file is the model
+            with ctx.phase("export"):
+                import onnx
+
+                onnx.save(onnx.load(str(module.onnx_path)), str(model_path), save_as_external_data=True,
+                          location=f"{model_path.name}.data")
+            ctx.info["frontend"] = "the ONNX file as given"
+            ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
+            return
         with ctx.phase("export"):
             # The exporter prints progress banners; keep them out of the worker's protocol.
             with contextlib.redirect_stdout(io.StringIO()):

@@ -13,6 +13,7 @@ import pytest
 from compare.report import coverage
 from compare.results.schema import Cell, RunResults
 from conftest import FAST, FIXTURES, ROOT, load_results, run_cli
+from workloads import WorkloadError
 
 HAVE_ZOO = all(importlib.util.find_spec(m) for m in ("transformers", "timm", "torchvision"))
 needs_zoo = pytest.mark.skipif(not HAVE_ZOO, reason="the [zoo] extra is not installed")
@@ -105,13 +106,65 @@ def test_a_saved_export_program_runs_through_a_torch_backend(tmp_path):
     assert cells["inductor"]["status"] == "ok" and cells["inductor"]["numerics_ok"]
 
 
+def _onnx_file(path, batch="batch"):
+    """A small ONNX graph written with onnx's own helpers: x[batch, 16] -> MatMul, Add, Relu,
+    Softmax; the ids and mask inputs are there to be fed (an integer pair, as text models take)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["maskf"], ["count"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16]),
+                        helper.make_tensor_value_info("mask", TensorProto.INT64, [batch, "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8]),
+         helper.make_tensor_value_info("count", TensorProto.FLOAT, [])], initializer=[weight, bias])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.unit
+def test_an_onnx_file_takes_its_graph_inputs_with_symbolic_dims_made_concrete(tmp_path):
+    from workloads import resolve_workloads
+
+    (w,) = resolve_workloads(None, [f"onnx:{_onnx_file(tmp_path / 'tiny.onnx')}"], suite="none")
+    specs = w.input_specs("default")
+    assert [(s.name, s.shape, s.dtype, s.init) for s in specs] == [
+        ("x", (1, 16), "float32", "randn"), ("mask", (1, 128), "int64", "ones")]
+    assert [s.shape for s in w.with_batch(4).input_specs("default")] == [(4, 16), (4, 128)]
+    assert "reference: onnxruntime with graph optimizations off" in w.description and "onnx" in w.tags
+    (tmp_path / "bad.onnx").write_text("not a protobuf")
+    with pytest.raises(WorkloadError, match="onnx.load failed"):
+        resolve_workloads(None, [f"onnx:{tmp_path / 'bad.onnx'}"], suite="none")
+
+
+def test_an_onnx_file_goes_through_each_onnx_frontend_and_torch_only_backends_say_why(tmp_path):
+    proc = run_cli("--model", f"onnx:{_onnx_file(tmp_path / 'tiny.onnx')}", "--backends",
+                   "inductor,ort,openvino,tvm-untuned,iree", *FAST, "--processes", "1", "--output-dir", tmp_path / "run")
+    cells = {c["backend"]: c for c in load_results(tmp_path / "run")["cells"]}
+    assert cells["inductor"]["status"] == "unavailable" and "torch programs only" in cells["inductor"]["error"]
+    assert cells["eager"]["info"]["reference"] == "onnxruntime with graph optimizations off"
+    for backend in ("ort", "openvino", "tvm-untuned", "iree"):
+        cell = cells[backend]
+        assert cell["status"] == "ok" and cell["numerics_ok"], (backend, cell.get("error"), proc.stderr[-2000:])
+    assert cells["ort"]["info"]["frontend"] == "the ONNX file as given"
+    summary = (tmp_path / "run" / "summary.md").read_text()
+    assert "onnxruntime with graph optimizations off)" in summary  # the matrix's reference cell says what ran
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("spec,words", [
     ("hf:meta-llama/Llama-3.2-1B", "never downloads"),
     ("hf:no_such_entry", "never downloads"),
     ("timm:resnet50.a1_in1k", "pretrained tag would need a download"),
     ("pt2:/nonexistent/model.pt2", "no such file"),
-    ("onnx:/tmp/model.onnx", "not taken yet"),
+    ("onnx:/nonexistent/model.onnx", "no such file"),
 ])
 def test_a_model_that_needs_a_download_or_is_missing_is_one_line_and_exit_2(spec, words, tmp_path, capsys):
     if spec.startswith("timm:") and not HAVE_ZOO:

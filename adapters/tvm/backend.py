@@ -148,6 +148,7 @@ class _TvmBase(Backend):
     int8_unavailable = ("TVM 0.27's Relax has no post-training quantizer: the QNN dialect and relay.quantize "
                         "went with Relay, and its torch frontend does not import PT2E's quantized_decomposed ops")
     packages = ("apache-tvm", "apache-tvm-ffi")
+    onnx_frontend = "tvm.relax.frontend.onnx.from_onnx"
     install_hint = "pip install -e '.[tvm]'"
     devices = ("cpu", "cuda")
     runtime_modules = ("tvm", "tvm.relax", "tvm.relax.frontend.torch", "tvm.s_tir.meta_schedule",
@@ -234,6 +235,13 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
         import torch
         from tvm.relax.frontend.torch import from_exported_program
 
+        if getattr(module, "onnx_path", None):  # --model onnx:PATH: Relax's ONNX frontend, weights as constants
+            import onnx
+            from tvm.relax.frontend.onnx import from_onnx
+
+            ctx.phases["export"] = 0.0
+            with ctx.phase("frontend"):
+                return from_onnx(onnx.load(str(module.onnx_path)), keep_params_in_input=False)
         with ctx.phase("export"):
             exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
             if ctx.options.tvm_negative_index_fix != "off":

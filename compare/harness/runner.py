@@ -202,6 +202,8 @@ class Runner:
             runnable = []
             for _, b, _, _ in group:
                 ok, reason = availability[b]
+                if ok and (refused := get_backend(b).unavailable_for(workloads[w].tags)):
+                    ok, reason = False, refused
                 if ok:
                     runnable.append(b)
                     continue

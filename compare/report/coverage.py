@@ -108,6 +108,8 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
     out = []
     for (workload, size, batch, dtype, device), cells in _variants(results).items():
         eager = cells.get("eager")
+        # an ONNX file's reference is onnxruntime, said in the eager cell (adapters/eager.py)
+        reference = (eager.info or {}).get("reference") if eager is not None and isinstance(eager.info, dict) else None
         for backend, cell in cells.items():
             status, detail = classify(cell, eager)
             out.append({"model": workload, "label": cell.label, "size": size, "batch": cell.batch, "dtype": dtype,
@@ -116,7 +118,7 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
                         "speedup": cell.speedup if status == "pass" else None,
                         "speedup_ci": cell.speedup_ci if status == "pass" else None,
                         "compile_s": cell.compile_s, "peak_mb": cell.peak_rss_mb,
-                        "eager_ms": cell.eager_median_ms})
+                        "eager_ms": cell.eager_median_ms, "reference": reference})
     return out
 
 
@@ -141,7 +143,8 @@ def backend_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def cell_text(record: dict[str, Any]) -> str:
     if record["status"] == "pass":
         if record["backend"] == "eager":
-            return f"pass ({record['eager_ms']:.3g} ms)" if record["eager_ms"] else "pass"
+            said = [f"{record['eager_ms']:.3g} ms"] * bool(record["eager_ms"]) + [record["reference"]] * bool(record.get("reference"))
+            return f"pass ({'; '.join(said)})" if said else "pass"
         ci = record["speedup_ci"]
         return f"pass {record['speedup']:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "") if record["speedup"] else "pass"
     return f"{record['status']}: {record['detail']}" if record["detail"] else record["status"]
@@ -154,8 +157,8 @@ def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str
     paths: dict[tuple[str, str], str] = {}
     first: dict[tuple[str, str, str], str] = {}
     for record in records:
-        if record["status"] not in FAILED or record["backend"] == "eager":
-            continue
+        if record["status"] not in FAILED or record["backend"] == "eager" or record.get("reference"):
+            continue  # the snippets lower a torch module: an ONNX file's failure has the error line alone
         try:
             snippet = getattr(backend_class(record["backend"]), "reproducer", None)
         except Exception:  # a backend no longer known here: no script

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import tempfile
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from torch import nn
 
 from . import import_torchvision, input_names, load_entry, sized_config
+from .onnx_file import REFERENCE, input_specs
 
 # Nothing is downloaded at run time: every library that could reach a hub is told so.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -108,3 +111,53 @@ def torchvision_model(entry: Mapping[str, Any], size: str) -> nn.Module:
     return model
 
 
+def build_onnx(params: Mapping[str, Any]) -> "OnnxFile":
+    """``--model onnx:PATH`` (workloads.zoo.onnx_file)."""
+    return OnnxFile(Path(params["path"]), {s.name: s.shape for s in input_specs(params)})
+
+
+def static_copy(path: Path, shapes: Mapping[str, tuple[int, ...]]) -> Path:
+    """The file with its inputs' symbolic dims set to ``shapes`` (shapes inferred through the
+    graph again), in a temporary folder of this process: every backend reads the same graph."""
+    import onnx
+
+    model = onnx.load(str(path))  # external data too: the copy is self-contained
+    for value in model.graph.input:
+        if value.name in shapes:
+            for dim, size in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
+                dim.Clear()
+                dim.dim_value = size
+    folder = Path(tempfile.mkdtemp(prefix="dlcompare-onnx-"))
+    out = folder / "model.onnx"
+    large = model.ByteSize() > 1_900_000_000  # protobuf's 2 GB cap: weights go beside it
+    onnx.save(model, str(out), save_as_external_data=large, location="model.onnx.data" if large else None)
+    onnx.shape_inference.infer_shapes_path(str(out), str(out))
+    return out
+
+
+class OnnxFile(nn.Module):
+    """An ONNX file as a module: ``onnx_path`` is what the ONNX-frontend backends lower;
+    calling it is the reference, the file run op by op by ONNX Runtime."""
+
+    reference = REFERENCE
+
+    def __init__(self, source: Path, shapes: Mapping[str, tuple[int, ...]]):
+        super().__init__()
+        self.source = source
+        self.onnx_path = static_copy(source, shapes)
+        self.input_names = list(shapes)
+        self._session = None
+
+    def forward(self, *tensors: torch.Tensor):
+        if self._session is None:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.intra_op_num_threads = torch.get_num_threads()  # the run's threads, as every backend's
+            options.inter_op_num_threads = 1
+            self._session = ort.InferenceSession(str(self.onnx_path), sess_options=options,
+                                                 providers=["CPUExecutionProvider"])
+        feed = {name: t.detach().cpu().numpy() for name, t in zip(self.input_names, tensors)}
+        outputs = [torch.from_numpy(o) for o in self._session.run(None, feed)]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)

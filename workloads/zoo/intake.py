@@ -4,7 +4,8 @@
   random weights; ``hf:DIR``: a local folder with ``config.json``, and its ``*.safetensors``
   weights when it has them;
 - ``timm:NAME`` and ``torchvision:NAME``: ``pretrained=False`` / ``weights=None``;
-- ``pt2:PATH``: a program saved with ``torch.export.save``; its inputs are the program's.
+- ``pt2:PATH``: a program saved with ``torch.export.save``; its inputs are the program's;
+- ``onnx:PATH``: an ONNX file, for the backends with an ONNX frontend (``onnx_file``).
 
 Nothing is fetched from the network: a name that would need a download (a Hub id such as
 ``hf:meta-llama/Llama-3.2-1B``, a pretrained tag) is a one-line error.
@@ -37,8 +38,9 @@ def spec_workloads(spec: str) -> list[Workload]:
     if not rest:
         raise WorkloadError(f"--model {spec}: give a name or path after '{kind}:'")
     if kind == "onnx":
-        raise WorkloadError(f"--model {spec}: ONNX files are not taken yet (issue 44); export the model with "
-                            "torch.export and give pt2:PATH")
+        from .onnx_file import onnx_workload
+
+        return [onnx_workload(spec, Path(rest).expanduser())]
     if kind == "pt2":
         return [pt2_workload(spec, Path(rest))]
     return [entry_workload(entry, spec, sizes=sizes_of(entry, spec)) for entry in [spec_entry(spec)]]
