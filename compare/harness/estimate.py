@@ -7,15 +7,14 @@ its timing budget sets (compile time unknown): the line says which.
 """
 from __future__ import annotations
 
-import sqlite3
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
+from compare.results.history import CellKey, past_wall_s
 from compare.results.schema import variant_label
 
-CellKey = tuple[str, str, str, str]  # (label, backend, size, device)
+__all__ = ["Estimate", "estimate", "past_wall_s"]
 
 
 @dataclass(frozen=True)
@@ -34,24 +33,6 @@ class Estimate:
         unseen = self.cells - self.seen
         rest = f"; {unseen} never run here, counted at their median {self.unseen_each_s:.0f} s" if unseen else ""
         return f"estimate: {total} for {self.cells} cells ({self.seen} as long as they took in earlier runs on this CPU{rest})"
-
-
-def past_wall_s(db: Path, cpu_model: str, threads: int) -> dict[CellKey, float]:
-    """The latest wall time of each cell that finished ok in a run on this CPU and thread count."""
-    if not db.is_file():
-        return {}
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            rows = con.execute(
-                "SELECT c.workload, c.backend, c.size, c.device, c.wall_s FROM cells c JOIN runs r USING (run_id) "
-                "WHERE r.cpu_model = ? AND r.threads = ? AND c.status = 'ok' AND c.wall_s > 0 ORDER BY r.started",
-                (cpu_model, threads)).fetchall()
-        finally:
-            con.close()
-    except sqlite3.Error:  # an old database without wall times, or a locked one: no basis
-        return {}
-    return {(w, b, s, d): wall for w, b, s, d, wall in rows}
 
 
 def estimate(plan: Iterable[tuple[str, str, int | None, str]], size: str, device: str, past: dict[CellKey, float],

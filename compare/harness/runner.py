@@ -8,6 +8,7 @@ out-of-memory kill costs that cell alone; results.json is rewritten
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import subprocess
@@ -135,14 +136,18 @@ class Runner:
         self.last_results: RunResults | None = None  # what was saved last (for interrupt handling)
 
     # -- planning -------------------------------------------------------------
+    @functools.cached_property
+    def workloads(self) -> dict[str, Any]:
+        """The run's workloads by name, resolved once (a --model spec reads its file to resolve)."""
+        from workloads import resolve_workloads
+
+        return {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
+
     def plan(self) -> list[tuple[str, str, int | None, str]]:
         """(workload, backend, batch, dtype) for every cell. A workload without a batch
         dimension runs once at its own size whatever --batch says."""
-        from workloads import resolve_workloads
-
         cfg = self.config
-        has_batch = {w.name: w.batch_param is not None
-                     for w in resolve_workloads(cfg.workloads, cfg.workload_files)}
+        has_batch = {name: w.batch_param is not None for name, w in self.workloads.items()}
         cells = []
         for w in cfg.workloads:
             batches = cfg.batches if (cfg.batches and has_batch[w]) else [None]
@@ -192,9 +197,8 @@ class Runner:
         """The plan as groups of cells to run; a backend unavailable here is recorded as
         such at once, with its reason."""
         from adapters import get_backend
-        from workloads import resolve_workloads
 
-        workloads = {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
+        workloads = self.workloads
         availability = {b: get_backend(b).available(self.config.device) for b in self.config.backends}
         groups = []
         for group in _groups(plan):
@@ -300,10 +304,9 @@ class Runner:
                     steady_calls: int = 15) -> None:
         """Specialize vs symbolic for every (workload, backend), each strategy in its own worker."""
         from compare.experiments import dynamic
-        from workloads import resolve_workloads
 
         section = results.experiments.setdefault("dynamic_shapes", {"records": []})
-        workloads = resolve_workloads(self.config.workloads, self.config.workload_files)
+        workloads = list(self.workloads.values())
         # On resume, records that ended for good (ok, unavailable, failed) are kept.
         kept = {(r["workload"], r["backend"], r["strategy"]) for r in section["records"] if not _transient(r)}
         plan = [(w, b, s) for w in workloads for b in backends for s in dynamic.STRATEGIES

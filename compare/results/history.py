@@ -87,6 +87,28 @@ def list_runs(db_path: str | Path) -> list[dict[str, Any]]:
     return [dict(zip(keys, r)) for r in rows]
 
 
+CellKey = tuple[str, str, str, str]  # (label, backend, size, device)
+
+
+def past_wall_s(db_path: str | Path, cpu_model: str, threads: int) -> dict[CellKey, float]:
+    """The latest wall time of each cell that finished ok in a run on this CPU and thread count
+    (a run's estimate, compare.harness.estimate). Read-only: no database is made or migrated."""
+    if not Path(db_path).is_file():
+        return {}
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = con.execute(
+                "SELECT c.workload, c.backend, c.size, c.device, c.wall_s FROM cells c JOIN runs r USING (run_id) "
+                "WHERE r.cpu_model = ? AND r.threads = ? AND c.status = 'ok' AND c.wall_s > 0 ORDER BY r.started",
+                (cpu_model, threads)).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:  # an old database without wall times, or a locked one: no basis
+        return {}
+    return {(w, b, s, d): wall for w, b, s, d, wall in rows}
+
+
 def series(db_path: str | Path, workload: str, backend: str) -> list[dict[str, Any]]:
     con = connect(db_path)
     try:
