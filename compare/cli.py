@@ -84,12 +84,11 @@ def _cpu_list(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int,
-                       processes: int = 3) -> None:
+def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int) -> None:
     _add_selection(parser, default_backends)
     _add_execution(parser)
     _add_backend_options(parser)
-    _add_timing(parser, numerics_draws, processes)
+    _add_timing(parser, numerics_draws)
     _add_conditions(parser)
     _add_outputs(parser)
 
@@ -143,7 +142,7 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
 SCENARIOS = ("back-to-back", "single-stream", "offline", "server")
 
 
-def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes: int) -> None:
+def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int) -> None:
     """How latency and numerics are sampled."""
     from compare.harness.runner import RunConfig
     from compare.measure.timing import TimingConfig
@@ -163,19 +162,19 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int, processes:
     parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
                         help="one untimed call before each timed sample, so that no sample pays for what the "
                              "other callable left behind (default on; off: the method before 2026-11)")
-    parser.add_argument("--interleave", choices=("on", "off"), default="on",
+    parser.add_argument("--interleave", choices=("on", "off"), default=None,
                         help="time the cells of a workload in turns, so that they and the eager-only reference "
-                             "sample the same stretch of time (default on; local executor)")
-    parser.add_argument("--processes", type=_positive_int, default=processes, metavar="K",
+                             "sample the same stretch of time (default on, off with --suite zoo; local executor)")
+    parser.add_argument("--processes", type=_positive_int, default=None, metavar="K",
                         help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first "
-                             f"compiles and the others load its artifact (default {processes})")
+                             f"compiles and the others load its artifact (default {RunConfig.processes}, 1 with --suite zoo)")
     parser.add_argument("--noise-probe", type=float, default=3.0, metavar="S",
                         help="seconds of the machine probe (compute loop, memory copy) before and after the cells, "
                              "shown in the header (default 3; 0: none)")
-    parser.add_argument("--reference-processes", type=_positive_int, default=RunConfig.reference_processes,
-                        metavar="K",
+    parser.add_argument("--reference-processes", type=_positive_int, default=None, metavar="K",
                         help="at least K processes for the eager-only reference, pooled, so that one process's "
-                             "offset does not shift every comparison with it (default 3)")
+                             f"offset does not shift every comparison with it (default {RunConfig.reference_processes}, "
+                             "1 with --suite zoo)")
     parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
                         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
     parser.add_argument("--calibration-batches", type=_positive_int, default=RunConfig.calibration_batches, metavar="N",
@@ -271,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
-    _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5, processes=3)
+    _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5)
     paper.add_argument("--dynamic-sizes", type=_positive_int, default=4, metavar="K",
                        help="distinct sizes of the varying dimension (default 4)")
     paper.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",

@@ -159,6 +159,23 @@ def test_an_onnx_file_goes_through_each_onnx_frontend_and_torch_only_backends_sa
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("argv,expected,preset", [
+    (["--suite", "zoo"], (1, 1, False), {"processes": 1, "reference_processes": 1, "interleave": "off"}),
+    (["--suite", "zoo", "--processes", "2", "--interleave", "on"], (2, 1, True), {"reference_processes": 1}),
+    (["--suite", "paper"], (3, 3, True), {}),
+])
+def test_the_zoo_runs_one_process_per_cell_unless_told_and_says_so(argv, expected, preset, tmp_path):
+    from compare import cli
+    from compare.report.text import preset_text
+
+    config = cli.make_config(cli.parse([*argv, "--backends", "ort", "--output-dir", str(tmp_path)]))
+    assert (config.processes, config.reference_processes, config.interleave) == expected
+    assert config.preset == preset
+    said = preset_text(config.to_dict())
+    assert ("--suite zoo set" in said) == bool(preset) and all(name.replace("_", " ") in said for name in preset)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("spec,words", [
     ("hf:meta-llama/Llama-3.2-1B", "never downloads"),
     ("hf:no_such_entry", "never downloads"),

@@ -77,6 +77,7 @@ class RunConfig:
     # Time the cells of a workload in turns (compare.harness.interleave), so that every cell and
     # the eager-only reference sample the same stretch of time. Local executor only.
     interleave: bool = True
+    preset: dict[str, Any] = field(default_factory=dict)  # what the suite set where the command line did not (SUITE_DEFAULTS)
     # After timing, each worker profiles its model with the backend's own instrument
     # (--explain): kernels, their times and categories (compare explain).
     explain: bool = False

@@ -230,7 +230,16 @@ def conditions_line(results: RunResults) -> str:
             f"scenario {scenario_text(cfg)}{server_conditions(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
-            f"{backend_conditions(results)}{pinning_text(results)}")
+            f"{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
+
+
+def preset_text(cfg: dict[str, Any]) -> str:
+    """What the suite set where the command line did not (compare.config.SUITE_DEFAULTS)."""
+    preset = cfg.get("preset") or {}
+    if not preset:
+        return ""
+    said = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in preset.items())
+    return f"; --suite {cfg.get('suite')} set {said}"
 
 
 def scenario_text(cfg: dict[str, Any]) -> str:
