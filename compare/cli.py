@@ -116,6 +116,11 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
                         help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
                              "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
     parser.add_argument("--size", choices=SIZES, default="default")
+    parser.add_argument("--prompt-len", type=_positive_int, default=None, metavar="N",
+                        help="decode workloads (--suite llm): prompt tokens, the prefill (pp) figure's length "
+                             "(default 128 at the default size; 512 for llama-bench's pp512)")
+    parser.add_argument("--gen-len", type=_positive_int, default=None, metavar="N",
+                        help="decode workloads: tokens generated, the decode (tg) figure's length (default 128)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 

@@ -84,6 +84,8 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         calibration_batches=args.calibration_batches,
         processes=args.processes,
         reference_processes=args.reference_processes,
+        prompt_len=args.prompt_len,
+        gen_len=args.gen_len,
         batches=list(args.batch),
         dtypes=list(args.dtype),
         suite=args.suite or ("none" if args.model else "paper"),
@@ -198,11 +200,16 @@ def _checked_backends(names: list[str]) -> list[str]:
 
 def _checked_workloads(args: argparse.Namespace) -> list:
     from workloads import resolve_workloads
+    from workloads.llm import LLM_TAG, with_lengths
 
     names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
     # --model alone runs the models given; with --suite or --workloads, beside those.
     suite = args.suite or ("none" if args.model else "paper")
     workloads = resolve_workloads(names, [*args.workload_file, *model_specs(args.model)], suite)  # WorkloadError
+    lengths = (getattr(args, "prompt_len", None), getattr(args, "gen_len", None))
+    if lengths != (None, None) and not any(LLM_TAG in w.tags for w in workloads):
+        raise UsageError("--prompt-len/--gen-len: none of the chosen workloads generates tokens (--suite llm)")
+    workloads = [with_lengths(w, *lengths) for w in workloads]  # a prompt the model cannot hold: WorkloadError
     for w in workloads:
         for batch in args.batch if w.batch_param else [None]:
             w.with_batch(batch).input_specs(args.size)  # a bad size is a usage error, not a failed cell

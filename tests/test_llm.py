@@ -12,7 +12,7 @@ from conftest import FAST, load_results, run_cli
 def _small():
     from workloads import build_model, builtin_workloads, make_inputs
 
-    workload = builtin_workloads("llm")["gpt2_decode"]
+    workload = builtin_workloads("all")["gpt2_decode"]
     params = workload.params("small")
     return build_model(workload, "small", 0), make_inputs(workload.input_specs("small"), 0)[0], params
 
@@ -113,6 +113,37 @@ def test_decode_figures_from_known_samples():
 
 
 @pytest.mark.unit
+def test_prefill_and_decode_tokens_per_second_from_known_step_times():
+    """llama-bench's pp and tg: prompt 8 tokens, 4 new (3 decode steps) per generation."""
+    from compare.results.derived import fill_decode
+
+    # Two generations each side: prefills of 4 and 8 ms; decode steps of 1 ms, then 2 ms.
+    cell = Cell(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([7.0, 14.0], 1),
+                eager_latency=LatencyStats.from_ms([14.0, 28.0], 1), process_samples=[2],
+                decode=_decode_record([1.0] * 3 + [2.0] * 3, [4.0, 8.0]))
+    fill_decode(cell)
+    decode = cell.decode
+    assert decode["pp_tokens_per_s"]["mean"] == pytest.approx((2000 + 1000) / 2)  # 8 tokens in 4 ms, in 8 ms
+    assert decode["pp_tokens_per_s"]["sd"] == pytest.approx(707.107, rel=1e-5)
+    assert decode["tg_tokens_per_s"]["mean"] == pytest.approx((1000 + 500) / 2) and decode["tg_tokens_per_s"]["n"] == 2
+    assert decode["eager"]["tg_tokens_per_s"]["mean"] == pytest.approx(750 / 2)  # eager's steps take twice as long
+    for name in ("pp", "tg"):  # every paired round is exactly 2x: the interval is the point
+        assert decode[f"{name}_speedup"]["value"] == pytest.approx(2.0)
+        assert decode[f"{name}_speedup"]["ci"] == pytest.approx([2.0, 2.0])
+    row = cell_row(cell)
+    assert row["decode_tg_tokens_per_s_mean"] == pytest.approx(750) and row["decode_pp_speedup_lo"] == pytest.approx(2)
+
+
+@pytest.mark.unit
+def test_a_prompt_the_model_cannot_hold_is_one_line_and_exit_2(capsys):
+    from compare import cli
+
+    assert cli.main(["--suite", "llm", "--prompt-len", "9000", "--backends", "ort"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "need 9008 positions; the model has 8192" in err[0]
+
+
+@pytest.mark.unit
 def test_processes_pool_their_decode_samples_and_verdicts():
     from compare.harness.pooling import pooled_decode
 
@@ -150,36 +181,49 @@ def test_decode_cells_show_in_the_summary_and_the_csv_and_load_back():
 def test_the_llm_suite_is_selected_by_suite():
     from workloads import resolve_workloads
 
-    assert [w.name for w in resolve_workloads(None, suite="llm")] == ["gpt2_decode"]
+    assert [w.name for w in resolve_workloads(None, suite="llm")] == ["llama_decode", "qwen2_decode", "gemma3_decode"]
     assert "gpt2_decode" in [w.name for w in resolve_workloads(None, suite="all")]
 
 
-def test_tiny_generation_through_eager_inductor_and_ort(tmp_path):
-    """The decode suite end to end on the small config: every cell ok, the greedy token ids
-    eager's at every step, the decode figures filled and positive, nothing recompiled."""
+def _generate(tmp_path, workloads: str, backends: str) -> dict:
+    """A small decode run; each cell's record, by (workload, backend), after the checks every
+    decode cell must pass: ok, the greedy token ids eager's at every step, the figures filled
+    and positive, nothing recompiled, both modules compiled."""
     out = tmp_path / "run"
-    proc = run_cli("--suite", "llm", "--size", "small", "--backends", "inductor,ort", "--threads", "2", *FAST,
-                   "--output-dir", out, "--no-history", "--quiet", timeout=600)
+    proc = run_cli("--workloads", workloads, "--size", "small", "--backends", backends, "--threads", "2", *FAST,
+                   "--output-dir", out, "--no-history", "--quiet", timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    data = load_results(out)
-    cells = {c["backend"]: c for c in data["cells"]}
-    assert sorted(cells) == ["eager", "inductor", "ort"]
-    for backend, cell in cells.items():
+    cells = {(c["workload"], c["backend"]): c for c in load_results(out)["cells"]}
+    assert sorted(cells) == sorted((w, b) for w in workloads.split(",") for b in ["eager", *backends.split(",")])
+    for key, cell in cells.items():
         decode = cell["decode"]
-        assert cell["status"] == "ok" and cell["numerics_ok"], (backend, cell["error"], cell["numerics_error"])
-        assert decode["token_ids_agree"] and decode["first_divergent_step"] is None, backend
+        assert cell["status"] == "ok" and cell["numerics_ok"], (key, cell["error"], cell["numerics_error"])
+        assert decode["token_ids_agree"] and decode["first_divergent_step"] is None, key
         assert decode["token_ids"] == decode["eager_token_ids"] and len(decode["token_ids"]) == decode["new_tokens"]
-        assert decode["recompiles"] == 0 and decode["cache"] == "static-padded", backend
+        assert decode["recompiles"] == 0 and decode["cache"] == "static-padded", key
         for side in (decode, decode["eager"]):
-            assert side["ttft_ms"] > 0 and side["tpot_ms"]["p50"] > 0 and side["tokens_per_s"] > 0, backend
+            assert side["ttft_ms"] > 0 and side["tpot_ms"]["p50"] > 0 and side["tokens_per_s"] > 0, key
             assert side["tpot_ms"]["p99"] is None or side["tpot_ms"]["p99"] >= side["tpot_ms"]["p50"]
+            assert side["pp_tokens_per_s"]["mean"] > 0 and side["tg_tokens_per_s"]["mean"] > 0, key
         assert math.isclose(decode["tokens_per_s"], decode["new_tokens"] / (cell["latency"]["median"] / 1e3))
-    for backend in ("inductor", "ort"):  # both modules compiled, phases named by module
-        phases = cells[backend]["compile_phases"]
-        assert any(p.startswith("prefill_") for p in phases) and any(p.startswith("decode_") for p in phases)
+        if key[1] != "eager":
+            phases = cell["compile_phases"]
+            assert any(p.startswith("prefill_") for p in phases) and any(p.startswith("decode_") for p in phases)
+            assert decode["pp_speedup"]["ci"][0] <= decode["pp_speedup"]["value"] <= decode["pp_speedup"]["ci"][1]
     summary = (out / "summary.md").read_text()
-    assert "## LLM decode (prompt 8 tokens, 8 new tokens, max length 16" in summary
-    assert "decode_tpot_p50_ms" in (out / "results.csv").read_text().splitlines()[0]
+    assert "## LLM decode (prompt 8 tokens, 8 new tokens, max length 16" in summary and "tg vs eager" in summary
+    assert "decode_tg_tokens_per_s_mean" in (out / "results.csv").read_text().splitlines()[0]
+    return cells
+
+
+def test_the_toy_and_transformers_llama_generate_eagers_tokens_through_inductor_and_ort(tmp_path):
+    _generate(tmp_path, "gpt2_decode,llama_decode", "inductor,ort")
+
+
+@pytest.mark.slow
+def test_each_real_decoder_family_generates_eagers_tokens_through_inductor_ort_and_openvino(tmp_path):
+    cells = _generate(tmp_path, "llama_decode,qwen2_decode,gemma3_decode", "inductor,ort,openvino")
+    assert len(cells) == 12
 
 
 @pytest.mark.unit

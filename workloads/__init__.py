@@ -34,26 +34,29 @@ SUITES = ("paper", "models", "llm", "zoo", "all")
 
 
 def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
-    from .llm import LLM_WORKLOADS
+    from .llm import TOY_WORKLOADS, real_decoders
     from .models import MODEL_WORKLOADS
     from .survey import PAPER_WORKLOADS
     from .zoo import zoo_workloads
 
     if suite not in SUITES:
         raise WorkloadError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
-    picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS, "llm": LLM_WORKLOADS,
-              "all": PAPER_WORKLOADS + MODEL_WORKLOADS + LLM_WORKLOADS}.get(suite) or zoo_workloads()
+    # llm: the real decoders; the hand-written toy decoder is one of "all" (and a test case).
+    picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS,
+              "all": PAPER_WORKLOADS + MODEL_WORKLOADS + TOY_WORKLOADS}.get(suite) or (
+        real_decoders() if suite == "llm" else zoo_workloads())
     return {w.name: w for w in picked}
 
 
 def builtin_names_unique() -> dict[str, Workload]:
     """Every built-in by name; a name in two suites would make ``--workloads NAME`` pick one
     silently (the zoo's GPT-2 once shadowed the models suite's), so it is an error."""
-    hand_written, zoo = builtin_workloads("all"), builtin_workloads("zoo")
-    clash = sorted(set(hand_written) & set(zoo))
+    suites = [builtin_workloads(suite) for suite in ("all", "llm", "zoo")]
+    names = [name for suite in suites for name in suite]
+    clash = sorted({name for name in names if names.count(name) > 1})
     if clash:
         raise WorkloadError(f"built-in workload names in two suites: {', '.join(clash)}")
-    return {**hand_written, **zoo}
+    return {name: w for suite in suites for name, w in suite.items()}
 
 
 def load_workload_source(source: str | Path) -> list[Workload]:

@@ -1,4 +1,6 @@
-"""The LLM decode suite: a GPT-2-shaped decoder with random weights and a KV cache.
+"""The LLM decode suite: real decoder architectures (transformers' Llama, Qwen2 and Gemma 3
+at their published sizes, built from the zoo's configs with seeded random weights) and a
+hand-written GPT-2-shaped toy, the small test case, each with a static KV cache.
 
 Greedy generation in two modules over one set of weights, as deployment compilers take
 it (static shapes, the cache padded to a maximum length):
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import TensorSpec, Workload, lazy
+from .base import TensorSpec, Workload, WorkloadError, lazy
 
 LLM_TAG = "llm-decode"  # the worker runs these as greedy generation (compare/worker/decode.py)
 
@@ -37,7 +39,66 @@ def _build(p) -> Any:
     return DecoderLM(p["vocab"], p["dim"], p["heads"], p["layers"], p["max_len"])
 
 
-LLM_WORKLOADS = [
+def with_lengths(workload: Workload, prompt: int | None = None, new_tokens: int | None = None) -> Workload:
+    """A decode workload at ``--prompt-len`` and ``--gen-len`` (None: its own), its cache
+    sized to hold them; any other workload unchanged. A model whose positions cannot hold
+    them is a WorkloadError, one line."""
+    import dataclasses
+
+    if LLM_TAG not in workload.tags or (prompt is None and new_tokens is None):
+        return workload
+    sizes = {}
+    for size, params in workload.sizes.items():
+        p = {**params, **({"prompt": prompt} if prompt else {}), **({"new_tokens": new_tokens} if new_tokens else {})}
+        p["max_len"] = p["prompt"] + p["new_tokens"]
+        if p.get("positions") and p["max_len"] > p["positions"]:
+            raise WorkloadError(f"{workload.name} at size {size}: a prompt of {p['prompt']} tokens and {p['new_tokens']} new ones "
+                                f"need {p['max_len']} positions; the model has {p['positions']}")
+        sizes[size] = p
+    return dataclasses.replace(workload, sizes=sizes)
+
+
+# The real decoders, by zoo entry (workloads/zoo/configs): llama-bench's pp and tg at a
+# 128-token prompt and 128 new tokens at the published size (--prompt-len 512 for pp512).
+HF_DECODERS = {"llama_decode": "llama", "qwen2_decode": "qwen2", "gemma3_decode": "gemma3"}
+HF_LENGTHS = {"small": (8, 8), "default": (128, 128)}
+
+
+def _hf_sizes(zoo_name: str) -> dict[str, dict[str, Any]]:
+    from .zoo import load_entry, sized_config
+
+    entry = load_entry(zoo_name)
+    sizes = {}
+    for size, (prompt, new_tokens) in HF_LENGTHS.items():
+        config = sized_config(entry, size)
+        sizes[size] = {"origin": f"zoo:{zoo_name}", "size": size, "batch": 1, "prompt": prompt,
+                       "new_tokens": new_tokens, "max_len": prompt + new_tokens, "vocab": int(config["vocab_size"]),
+                       "positions": config.get("max_position_embeddings") or config.get("n_positions")}
+    return sizes
+
+
+def hf_decode_workload(name: str, zoo_name: str) -> Workload:
+    from .zoo import load_entry
+
+    entry = load_entry(zoo_name)
+    return Workload(
+        name=name,
+        description=f"{entry['title']}: greedy generation with a static KV cache (transformers' own model, its "
+                    f"cache as explicit tensors); prefill (pp) and decode (tg) tokens/s",
+        sizes=_hf_sizes(zoo_name),
+        build=lazy("zoo.build", "hf_decoder"),
+        inputs=_prompt,
+        tags=("llm", LLM_TAG),
+        source=f"zoo:{zoo_name}",
+        batch_param="batch",
+    )
+
+
+def real_decoders() -> list[Workload]:
+    return [hf_decode_workload(name, zoo_name) for name, zoo_name in HF_DECODERS.items()]
+
+
+TOY_WORKLOADS = [
     Workload(
         name="gpt2_decode",
         description="GPT-2-shaped decoder, greedy generation with a static KV cache padded to max_len: prefill "

@@ -89,6 +89,8 @@ class CellSpecs:
             count_work=dynamic is None,
             dynamic=dynamic,
             server=ServerConfig(**cfg.server) if cfg.server is not None and dynamic is None else None,
+            prompt_len=cfg.prompt_len,
+            gen_len=cfg.gen_len,
         )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:

@@ -57,6 +57,8 @@ class RunConfig:
     # load its artifact (compare.harness.pooling.ProcessPlan).
     processes: int = 3
     reference_processes: int = 3  # at least this many for the eager-only reference: its own offset averages out
+    prompt_len: int | None = None  # --prompt-len: decode workloads' prompt (None: their own)
+    gen_len: int | None = None  # --gen-len: decode workloads' new tokens (None: their own)
     batches: list[int] = field(default_factory=list)  # --batch sweep; empty: each workload's own batch
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])  # --dtype sweep
     suite: str = "paper"  # which built-ins ran (recorded; the workloads list is what counts)
@@ -141,8 +143,11 @@ class Runner:
     def workloads(self) -> dict[str, Any]:
         """The run's workloads by name, resolved once (a --model spec reads its file to resolve)."""
         from workloads import resolve_workloads
+        from workloads.llm import with_lengths
 
-        return {w.name: w for w in resolve_workloads(self.config.workloads, self.config.workload_files)}
+        cfg = self.config
+        return {w.name: with_lengths(w, cfg.prompt_len, cfg.gen_len)
+                for w in resolve_workloads(cfg.workloads, cfg.workload_files)}
 
     def plan(self) -> list[tuple[str, str, int | None, str]]:
         """(workload, backend, batch, dtype) for every cell. A workload without a batch

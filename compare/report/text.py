@@ -359,9 +359,24 @@ REQUEST_NOTE = ("Single-stream (MLPerf LoadGen's SingleStream): every request ti
 
 def _decode_side(decode: dict[str, Any]) -> dict[str, str]:
     tpot = decode.get("tpot_ms") or {}
-    rate = decode.get("tokens_per_s")
-    return {"TTFT ms": _fmt_ms_or_dash(decode.get("ttft_ms")), "TPOT p50 ms": _fmt_ms_or_dash(tpot.get("p50")),
-            "TPOT p99 ms": _fmt_ms_or_dash(tpot.get("p99")), "tokens/s": "-" if rate is None else f"{rate:.1f}"}
+    return {"pp t/s": _fmt_rate(decode.get("pp_tokens_per_s")), "tg t/s": _fmt_rate(decode.get("tg_tokens_per_s")),
+            "TTFT ms": _fmt_ms_or_dash(decode.get("ttft_ms")), "TPOT p50 ms": _fmt_ms_or_dash(tpot.get("p50")),
+            "TPOT p99 ms": _fmt_ms_or_dash(tpot.get("p99"))}
+
+
+def _fmt_rate(figure: dict[str, Any] | None) -> str:
+    """llama-bench's form: mean ± sd over generations."""
+    if not figure or figure.get("mean") is None:
+        return "-"
+    sd = figure.get("sd")
+    return f"{figure['mean']:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
+
+
+def _fmt_rate_speedup(speedup: dict[str, Any] | None) -> str:
+    if not speedup:
+        return "-"
+    lo, hi = speedup["ci"]
+    return f"{speedup['value']:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
 def _decode_tokens(decode: dict[str, Any]) -> str:
@@ -379,8 +394,10 @@ def decode_rows(results: RunResults) -> list[dict[str, Any]]:
         if cell.status != "ok" or not decode or "ttft_ms" not in decode:
             continue
         eager = {f"eager {k}": "-" if cell.backend == "eager" else v
-                 for k, v in _decode_side(decode.get("eager") or {}).items() if k != "TPOT p99 ms"}
+                 for k, v in _decode_side(decode.get("eager") or {}).items() if k in ("pp t/s", "tg t/s")}
         rows.append({"workload": cell.label, "backend": cell.backend, **_decode_side(decode), **eager,
+                     "pp vs eager": _fmt_rate_speedup(decode.get("pp_speedup")),
+                     "tg vs eager": _fmt_rate_speedup(decode.get("tg_speedup")),
                      "steps": (decode.get("tpot_ms") or {}).get("n"), "token ids": _decode_tokens(decode),
                      "recompiles": decode.get("recompiles")})
     return rows
@@ -399,9 +416,12 @@ DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token
                "Both modules are compiled by the backend with static shapes, the KV cache padded to the "
                "maximum length, so nothing recompiles ('recompiles' counts dynamo's compiles during the "
                "generations). Converting inputs and outputs between steps, and the argmax, are inside the "
-               "clock, for eager too. tokens/s = new tokens x batch / the median generation. Whole "
-               "generations of eager and the backend alternate in the same workers; the cell table's "
-               "latency is one generation.")
+               "clock, for eager too. As llama-bench reports them, mean ± sd over the timed generations: pp "
+               "t/s = prompt tokens x batch / the prefill's time (time to first token), tg t/s = the decode "
+               "steps x batch / their time (llama-bench's tg starts from an empty context; here it follows the "
+               "prompt). 'vs eager': the backend's median rate over eager's, with its 95 % interval (the "
+               "generations of a round paired). Whole generations of eager and the backend alternate in the "
+               "same workers; the cell table's latency is one generation.")
 
 
 def _rate(value: float | None) -> str:

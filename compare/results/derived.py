@@ -8,12 +8,15 @@ import math
 import statistics
 from typing import Any
 
+import numpy as np
+
 from compare.measure.roofline import place
 from compare.measure.stats import (
     INTERVAL_TAIL,
     NOISY_REL_IQR,
     block_rounds,
     break_even_calls,
+    paired_bootstrap_medians,
     process_speedups,
     request_percentiles,
     speedup_and_break_even,
@@ -110,15 +113,49 @@ def fill_request_latency(cell: Cell) -> None:
             cell.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.process_samples, block)
 
 
-def decode_summary(parts: dict[str, list[float]], generation_ms: float, tokens: int) -> dict[str, Any]:
+def bench_rates(parts: dict[str, list[float]], decode: dict[str, Any]) -> dict[str, list[float]]:
+    """llama-bench's two rates per timed generation: ``pp``, prompt tokens per second of
+    its prefill (time to first token), and ``tg``, tokens per second of its decode steps
+    (the ``new_tokens - 1`` steps after the first token), each times the batch."""
+    batch, steps = decode.get("batch", 1), decode["new_tokens"] - 1
+    pp = [decode["prompt_len"] * batch / (ms / 1e3) for ms in parts["ttft_ms"] if ms > 0]
+    step_ms = parts["step_ms"]
+    chunks = [step_ms[i:i + steps] for i in range(0, len(step_ms), steps)] if steps > 0 else []
+    tg = [steps * batch / (sum(chunk) / 1e3) for chunk in chunks if len(chunk) == steps and sum(chunk) > 0]
+    return {"pp": pp, "tg": tg}
+
+
+def rate_figure(rates: list[float]) -> dict[str, float | int | None]:
+    """Mean ± standard deviation over generations, as llama-bench reports t/s over repetitions."""
+    return {"mean": statistics.fmean(rates) if rates else None,
+            "sd": statistics.stdev(rates) if len(rates) > 1 else None, "n": len(rates)}
+
+
+def rate_speedup(rates: list[float], eager_rates: list[float], groups: list[int] | None) -> dict[str, Any] | None:
+    """The backend's median rate over eager's, with its 95 % interval: generations of a
+    round are paired (they ran back to back) and resampled together, as the cell's speedup."""
+    if not rates or len(rates) != len(eager_rates) or not min(eager_rates) > 0:
+        return None
+    groups = groups if groups and sum(groups) == len(rates) else None
+    ref, cand = paired_bootstrap_medians(eager_rates, rates, groups)
+    ratios = cand / ref
+    return {"value": statistics.median(rates) / statistics.median(eager_rates),
+            "ci": [float(np.quantile(ratios, INTERVAL_TAIL)), float(np.quantile(ratios, 1 - INTERVAL_TAIL))]}
+
+
+def decode_summary(parts: dict[str, list[float]], generation_ms: float, decode: dict[str, Any]) -> dict[str, Any]:
     """One side's decode figures: the median time to first token, the per-step p50 and p99
-    (observed steps, pooled over every timed generation; p99 needs 100 steps, else None)
-    and the tokens of a generation (over the batch) per second of its median."""
+    (observed steps, pooled over every timed generation; p99 needs 100 steps, else None),
+    the tokens of a generation (over the batch) per second of its median, and llama-bench's
+    pp and tg rates (mean ± sd over generations)."""
     steps = parts["step_ms"]
     pct = request_percentiles(steps) if steps else {"p50": None, "p99": None, "n": 0}
+    tokens = decode["new_tokens"] * decode.get("batch", 1)
+    rates = bench_rates(parts, decode)
     return {"ttft_ms": statistics.median(parts["ttft_ms"]) if parts["ttft_ms"] else None,
             "tpot_ms": {"p50": pct["p50"], "p99": pct["p99"], "n": pct["n"]},
-            "tokens_per_s": tokens / (generation_ms / 1e3) if generation_ms else None}
+            "tokens_per_s": tokens / (generation_ms / 1e3) if generation_ms else None,
+            "pp_tokens_per_s": rate_figure(rates["pp"]), "tg_tokens_per_s": rate_figure(rates["tg"])}
 
 
 def fill_decode(cell: Cell) -> None:
@@ -127,9 +164,12 @@ def fill_decode(cell: Cell) -> None:
     decode, samples = cell.decode, (cell.decode or {}).get("samples")
     if decode is None or not samples or cell.latency is None or cell.eager_latency is None:
         return
-    tokens = decode["new_tokens"] * decode.get("batch", 1)
-    decode.update(decode_summary(samples["backend"], cell.latency.median, tokens))
-    decode["eager"] = decode_summary(samples["eager"], cell.eager_latency.median, tokens)
+    decode.update(decode_summary(samples["backend"], cell.latency.median, decode))
+    decode["eager"] = decode_summary(samples["eager"], cell.eager_latency.median, decode)
+    if cell.backend != "eager":
+        rates, eager = bench_rates(samples["backend"], decode), bench_rates(samples["eager"], decode)
+        for name in ("pp", "tg"):
+            decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.process_samples)
 
 
 def fill_throughput(cell: Cell) -> None:

@@ -352,6 +352,15 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
         tpot = side.get("tpot_ms") or {}
         row.update({f"{prefix}_ttft_ms": side.get("ttft_ms"), f"{prefix}_tpot_p50_ms": tpot.get("p50"),
                     f"{prefix}_tpot_p99_ms": tpot.get("p99"), f"{prefix}_tokens_per_s": side.get("tokens_per_s")})
+        for rate in ("pp", "tg"):
+            figure = side.get(f"{rate}_tokens_per_s") or {}
+            row.update({f"{prefix}_{rate}_tokens_per_s_mean": figure.get("mean"),
+                        f"{prefix}_{rate}_tokens_per_s_sd": figure.get("sd")})
+    for rate in ("pp", "tg"):
+        speedup = decode.get(f"{rate}_speedup") or {}
+        ci = speedup.get("ci") or [None, None]
+        row.update({f"decode_{rate}_speedup": speedup.get("value"), f"decode_{rate}_speedup_lo": ci[0],
+                    f"decode_{rate}_speedup_hi": ci[1]})
     return row
 
 

@@ -11,6 +11,7 @@ the compiles dynamo makes during the generations are counted anyway (``recompile
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import traceback
@@ -58,12 +59,13 @@ class DecodeSetup:
     @classmethod
     def build(cls, spec: CellSpec) -> "DecodeSetup":
         from workloads import build_model, make_inputs, resolve_workloads
+        from workloads.llm import with_lengths
 
         (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
-        workload = workload.with_batch(spec.batch)
+        workload = with_lengths(workload, spec.prompt_len, spec.gen_len).with_batch(spec.batch)
         dtype = torch_dtype(spec.dtype)
         model = build_model(workload, spec.size, spec.seed).to(device=spec.device, dtype=dtype)
-        reference = build_model(workload, spec.size, spec.seed).to(device=spec.device, dtype=dtype)
+        reference = copy.deepcopy(model)  # the same weights; a second build from the config takes longer
         (prompt,) = make_inputs(workload.input_specs(spec.size), spec.seed, spec.device)
         return cls(dict(workload.params(spec.size)), prompt, model, reference)
 

@@ -75,6 +75,17 @@ def build_model(params: Mapping[str, Any]) -> nn.Module:
     return Called(model.eval(), names, entry.get("output"), extra)
 
 
+def hf_decoder(params: Mapping[str, Any]) -> nn.Module:
+    """A decode-suite workload's model (workloads/llm.py): the entry's causal LM with its
+    prefill and decode-step modules over a static cache of ``max_len`` slots."""
+    from ..nets.hf_decoder import HFDecoder
+
+    os.environ.update(OFFLINE_ENV)
+    with contextlib.suppress(ImportError):
+        import_torchvision()
+    return HFDecoder(hf_model(load_entry(params["origin"][4:]), params["size"]).eval(), int(params["max_len"]))
+
+
 def hf_model(entry: Mapping[str, Any], size: str) -> nn.Module:
     import transformers
 
