@@ -134,8 +134,8 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--affinity", type=_cpu_list, default=None, metavar="CPUS",
                         help="pin every worker to these CPUs (0,1 or 0-3), as pyperf's --affinity and numactl do")
-    parser.add_argument("--timeout", type=_positive_float, default=RunConfig.timeout_s,
-                        help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g})")
+    parser.add_argument("--timeout", type=_positive_float, default=None,
+                        help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g}, 600 with --suite zoo)")
     parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
                      help="address-space limit per worker (cells over it are out_of_memory)")
     parser.add_argument("--output-dir", default=None, help="where results go (default: reports/<timestamp>/)")
@@ -154,7 +154,9 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int) -> None:
 
     parser.add_argument("--time-budget", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
                      help="soft budget in seconds for sampling one cell's latency")
-    parser.add_argument("--min-samples", type=_positive_int, default=TimingConfig.min_samples)
+    parser.add_argument("--min-samples", type=_positive_int, default=None, metavar="N",
+                        help=f"samples per cell before the stopping rule may stop it (default {TimingConfig.min_samples}, "
+                             "1 with --suite zoo: a call slower than the time budget is timed in one round)")
     parser.add_argument("--scenario", choices=SCENARIOS, default="back-to-back",
                         help="back-to-back: each sample averages calls made one after another, the median of "
                              "samples is the latency (default); single-stream: every request timed on its own, "

@@ -160,8 +160,10 @@ def test_an_onnx_file_goes_through_each_onnx_frontend_and_torch_only_backends_sa
 
 @pytest.mark.unit
 @pytest.mark.parametrize("argv,expected,preset", [
-    (["--suite", "zoo"], (1, 1, False), {"processes": 1, "reference_processes": 1, "interleave": "off"}),
-    (["--suite", "zoo", "--processes", "2", "--interleave", "on"], (2, 1, True), {"reference_processes": 1}),
+    (["--suite", "zoo"], (1, 1, False), {"processes": 1, "reference_processes": 1, "interleave": "off",
+                                         "min_samples": 1, "timeout": 600.0}),
+    (["--suite", "zoo", "--processes", "2", "--interleave", "on", "--min-samples", "5", "--timeout", "60"], (2, 1, True),
+     {"reference_processes": 1}),
     (["--suite", "paper"], (3, 3, True), {}),
 ])
 def test_the_zoo_runs_one_process_per_cell_unless_told_and_says_so(argv, expected, preset, tmp_path):
@@ -170,6 +172,8 @@ def test_the_zoo_runs_one_process_per_cell_unless_told_and_says_so(argv, expecte
 
     config = cli.make_config(cli.parse([*argv, "--backends", "ort", "--output-dir", str(tmp_path)]))
     assert (config.processes, config.reference_processes, config.interleave) == expected
+    assert config.timing["min_samples"] == preset.get("min_samples", 5 if "--min-samples" in argv else 10)
+    assert config.timeout_s == preset.get("timeout", 60.0 if "--timeout" in argv else 1800.0)
     assert config.preset == preset
     said = preset_text(config.to_dict())
     assert ("--suite zoo set" in said) == bool(preset) and all(name.replace("_", " ") in said for name in preset)

@@ -13,7 +13,7 @@ from compare.results.schema import RunResults
 # flag -> RunConfig field: must match the stored run when given
 CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
            "--batch": "batches", "--dtype": "dtypes", "--suite": "suite", "--workload-file": "workload_files",
-           "--model": "workload_files",
+           "--model": "workload_files", "--prompt-len": "prompt_len", "--gen-len": "gen_len",
            "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
            "--system-malloc": "allocator", "--processes": "processes", "--thread-spin": "thread_spin",
            "--reference-processes": "reference_processes", "--affinity": "affinity",
