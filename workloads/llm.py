@@ -64,10 +64,9 @@ HF_DECODERS = {"llama_decode": "llama", "qwen2_decode": "qwen2", "gemma3_decode"
 HF_LENGTHS = {"small": (8, 8), "default": (128, 128)}
 
 
-def _hf_sizes(zoo_name: str) -> dict[str, dict[str, Any]]:
-    from .zoo import load_entry, sized_config
+def _hf_sizes(zoo_name: str, entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from .zoo import sized_config
 
-    entry = load_entry(zoo_name)
     sizes = {}
     for size, (prompt, new_tokens) in HF_LENGTHS.items():
         config = sized_config(entry, size)
@@ -85,7 +84,7 @@ def hf_decode_workload(name: str, zoo_name: str) -> Workload:
         name=name,
         description=f"{entry['title']}: greedy generation with a static KV cache (transformers' own model, its "
                     f"cache as explicit tensors); prefill (pp) and decode (tg) tokens/s",
-        sizes=_hf_sizes(zoo_name),
+        sizes=_hf_sizes(zoo_name, entry),
         build=lazy("zoo.build", "hf_decoder"),
         inputs=_prompt,
         tags=("llm", LLM_TAG),

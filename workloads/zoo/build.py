@@ -56,9 +56,7 @@ class Program(nn.Module):
 
 def build_model(params: Mapping[str, Any]) -> nn.Module:
     """The workload's module: the entry behind ``params['origin']`` at ``params['size']``."""
-    os.environ.update(OFFLINE_ENV)
-    with contextlib.suppress(ImportError):
-        import_torchvision()  # before transformers and timm, which import it when it is there
+    offline_imports()
     origin = params["origin"]
     if origin.startswith("pt2:"):
         return Program(torch.export.load(origin[4:]).module())
@@ -75,14 +73,20 @@ def build_model(params: Mapping[str, Any]) -> nn.Module:
     return Called(model.eval(), names, entry.get("output"), extra)
 
 
+def offline_imports() -> None:
+    """Nothing may download; torchvision made importable before transformers and timm,
+    which import it when it is there."""
+    os.environ.update(OFFLINE_ENV)
+    with contextlib.suppress(ImportError):
+        import_torchvision()
+
+
 def hf_decoder(params: Mapping[str, Any]) -> nn.Module:
     """A decode-suite workload's model (workloads/llm.py): the entry's causal LM with its
     prefill and decode-step modules over a static cache of ``max_len`` slots."""
     from ..nets.hf_decoder import HFDecoder
 
-    os.environ.update(OFFLINE_ENV)
-    with contextlib.suppress(ImportError):
-        import_torchvision()
+    offline_imports()
     return HFDecoder(hf_model(load_entry(params["origin"][4:]), params["size"]).eval(), int(params["max_len"]))
 
 
