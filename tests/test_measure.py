@@ -78,10 +78,11 @@ def test_relative_error_is_not_blown_up_by_zeros():
 
 
 def test_one_precision_table_names_every_precision_once():
-    from compare.measure.numerics import DTYPE_NAMES, PRECISIONS, QUANTIZED_DTYPES, tolerance_for, torch_dtype
+    from compare.measure.numerics import DTYPE_NAMES, PRECISIONS, QUANTIZED_DTYPES, WEIGHT_ONLY, tolerance_for, torch_dtype
 
     for name in DTYPE_NAMES:
-        if name in QUANTIZED_DTYPES:  # int8: fp32 tensors until each backend's quantizer (its own tolerance)
+        # int8 and the weight-only kinds: fp32 tensors until each backend's quantizer (its own tolerance)
+        if name in QUANTIZED_DTYPES or name in WEIGHT_ONLY:
             assert torch_dtype(name) == torch.float32 and name not in PRECISIONS
             continue
         precision = PRECISIONS[name]
@@ -106,3 +107,30 @@ def test_samples_of_a_round_last_as_long_as_its_slowest_call():
     sampler = AlternatingSampler([sleeper(0.001), sleeper(0.03)], TimingConfig(warmup_s=0.0, min_sample_s=0.005))
     fast, slow = sampler.numbers
     assert slow == 1 and fast >= 10  # the fast one's sample spans about one slow call, not 5 ms
+
+
+def test_a_call_slower_than_the_warm_up_and_the_sample_takes_no_extra_untimed_calls(monkeypatch):
+    """A 1 s call (on a fake clock): warm-up is that one call, and its samples get no untimed
+    call before them; a 1 ms call keeps both (two warm-up calls at least, one untimed call
+    per sample)."""
+    from compare.measure import timing
+
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    calls = {"slow": 0, "fast": 0}
+
+    def runner(name, seconds):
+        def run(_):
+            calls[name] += 1
+            clock[0] += seconds
+        return run
+
+    config = TimingConfig(warmup_s=0.2, min_samples=1, max_samples=3, budget_s=0.0, max_sample_s=0.5)
+    sampler = timing.AlternatingSampler([Timed(runner("slow", 1.0), None, lambda: None),
+                                         Timed(runner("fast", 0.001), None, lambda: None)], config)
+    assert calls["slow"] == 1 and calls["fast"] >= 200  # the fast one warms for 0.2 s
+    assert [sampler.warm_call(0), sampler.warm_call(1)] == [False, True]
+    before = dict(calls)
+    sampler.take_rounds(1)
+    assert calls["slow"] - before["slow"] == 1  # one timed call, nothing untimed
+    assert calls["fast"] - before["fast"] == 1 + sampler.numbers[1]  # one untimed call, then the sample's

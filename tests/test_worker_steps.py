@@ -136,6 +136,20 @@ def test_pinning_that_lasts_only_while_a_call_runs_is_seen():
             pass
 
     before = worker.thread_pinning(cpus)["pinned"]  # threads earlier in-process tests left pinned
-    seen = worker.pinning_during_calls(PinsWhileRunning(), None, cpus)
+    seen, _ = worker.pinning_during_calls(PinsWhileRunning(), None, cpus)
     assert seen["pinned"] == before + 1 and seen["main_thread_pinned"] is True
     assert worker.thread_pinning(cpus)["pinned"] == before  # idle, the call's pinning no longer shows
+
+
+@pytest.mark.unit
+def test_fp32_is_ieee_fp32_for_matmuls_and_cudnn_convolutions():
+    """PyTorch lets cuDNN use TF32 for fp32 convolutions by default; every worker turns it off
+    (and the matmul precision to 'highest'), and the cell's settings say so."""
+    import torch
+
+    from compare.worker.steps import FP32_SETTINGS, strict_fp32
+
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default
+    strict_fp32(torch)
+    assert torch.backends.cudnn.allow_tf32 is False and torch.get_float32_matmul_precision() == "highest"
+    assert FP32_SETTINGS == {"float32_matmul_precision": "highest", "cudnn_allow_tf32": False}

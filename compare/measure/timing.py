@@ -59,11 +59,12 @@ def sample_once(run: Callable[[Any], Any], arg: Any, number: int, sync: Callable
 
 
 def warm_up(run: Callable[[Any], Any], arg: Any, sync: Callable[[], None], warmup_s: float) -> float:
-    """Call until ``warmup_s`` has passed (at least twice); return the last call's seconds."""
+    """Call until ``warmup_s`` has passed (at least twice, or once when that call alone
+    lasted ``warmup_s``: the compile's first call came before it); the last call's seconds."""
     deadline = time.perf_counter() + warmup_s
     calls = 0
     last = 0.0
-    while calls < 2 or time.perf_counter() < deadline:
+    while calls == 0 or (calls < 2 and last < warmup_s) or time.perf_counter() < deadline:
         last = sample_once(run, arg, 1, sync)
         calls += 1
     return last
@@ -120,7 +121,7 @@ class AlternatingSampler:
             for i in (order if self.rounds % 2 == 0 else order[::-1]):
                 c = self.candidates[i]
                 self.samples[i].append(sample_once(c.run, c.arg, self.numbers[i], c.sync,
-                                                   warm=self.warm_calls) / c.requests)
+                                                   warm=self.warm_call(i)) / c.requests)
             self.rounds += 1
         self.sampling_s += time.perf_counter() - start
 
@@ -129,6 +130,13 @@ class AlternatingSampler:
         """An untimed call before each sample; never between a single stream's requests, nor
         between offline samples (each already lasts ``OFFLINE_SAMPLE_S``)."""
         return self.config.sample_warmup and not (self.config.per_request or self.config.offline)
+
+    def warm_call(self, index: int) -> bool:
+        """The untimed call before candidate ``index``'s sample. Not for a call of at least
+        ``max_sample_s``: what the other callable leaves behind (a few MB of cache, threads
+        asleep) costs about a millisecond, under 0.2 % of such a call, and untuned TVM's 17 s
+        calls doubled their cell's time with it."""
+        return self.warm_calls and self.single_s[index] < self.config.max_sample_s
 
     def precise(self) -> bool:
         if self.config.per_request:
@@ -147,8 +155,7 @@ class AlternatingSampler:
         """Seconds one round has taken so far (a first guess before any round)."""
         if self.rounds:
             return self.sampling_s / self.rounds
-        extra = 1 if self.warm_calls else 0
-        return sum((n + extra) * single for n, single in zip(self.numbers, self.single_s))
+        return sum((n + self.warm_call(i)) * single for i, (n, single) in enumerate(zip(self.numbers, self.single_s)))
 
     def stats(self) -> list[LatencyStats]:
         """Per inference; ``number`` counts the inferences averaged into each sample."""
