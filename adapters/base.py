@@ -117,6 +117,9 @@ class CompileContext:
     # --dtype int8: the calibration batches (lists of torch tensors, the same for every
     # backend); the adapter hands them to its own quantizer in a ``quantize`` phase.
     calibration: list[list[Any]] | None = None
+    # --dtype int8wo/int4wo (the decode suite): the weight bits of the backend's own
+    # weight-only recipe (adapters/weight_only.py); None: fp weights.
+    weight_bits: int | None = None
     # --scenario: "offline" asks for the backend's own multi-stream setting (a throughput
     # hint, several sessions) at the same total threads; see ``Compiled.stream_pool``.
     scenario: str = "back-to-back"
@@ -202,6 +205,11 @@ class Compiled(ABC):
         """The same artifact and inputs timed for about ``seconds`` by the backend's own
         benchmark tool; called after timing. ``ProfileUnavailable`` says why there is none."""
         raise ProfileUnavailable(f"{type(self).__name__} has no benchmark tool of its own in dlcompare")
+
+    def own_timings(self, reset: bool = False) -> dict[str, Any] | None:
+        """The runtime's own account of its calls since the last reset (llama.cpp's perf
+        counters: prompt and generation tokens/s), read beside dlcompare's clock; None: it keeps none."""
+        return None
 
     def stream_pool(self, prepared: Any) -> "StreamPool | None":
         """--scenario offline: the backend's own way of keeping several requests in flight
@@ -293,6 +301,17 @@ class Backend(ABC):
         if "onnx" in tags and self.onnx_frontend is None:
             return f"{self.name} lowers torch programs only; an ONNX file goes to the backends with an ONNX frontend"
         return None
+
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        """This backend's weight-only int8/int4 recipe as recorded in the cell
+        (adapters/weight_only.py); None: it has none in dlcompare (the cell is unavailable)."""
+        return None
+
+    def quantize_weights(self, module: Any, bits: int) -> Any:
+        """Weight-only quantization at the module, applied once before compiling (torch
+        recipes); a backend that quantizes its own graph does it in ``compile`` instead, when
+        ``CompileContext.weight_bits`` is set, and returns the module unchanged here."""
+        return module
 
     def int8_missing(self) -> str | None:
         """Why this backend cannot quantize here (no quantizer, or its package missing); None: it can."""

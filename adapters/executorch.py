@@ -98,6 +98,16 @@ print(method.execute(inputs))
             return False, "ExecuTorch targets CPUs and edge devices (XNNPACK here); it has no CUDA target"
         return super().available(device)
 
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        from .weight_only import executorch_recipe
+
+        return executorch_recipe(bits)
+
+    def quantize_weights(self, module: Any, bits: int) -> Any:
+        from .weight_only import executorch_8da
+
+        return executorch_8da(module, bits)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {"partitioners": ["XnnpackPartitioner"], "lowering": "exir.to_edge_transform_and_lower",
                 "runtime": "executorch.runtime (portable kernels + XNNPACK)", "xnnpack_threadpool_threads": ctx.threads,

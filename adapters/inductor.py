@@ -132,6 +132,16 @@ with torch.no_grad():
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
 
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        from .weight_only import torchao_recipe
+
+        return torchao_recipe(bits)
+
+    def quantize_weights(self, module: Any, bits: int) -> Any:
+        from .weight_only import torchao_weight_only
+
+        return torchao_weight_only(module, bits)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import torch._inductor.config as config
 

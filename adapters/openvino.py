@@ -269,6 +269,11 @@ print(compiled([x.numpy() for x in inputs]))
     quantizes = True  # int8: NNCF's post-training quantize on the converted model (NNCF_SETTINGS)
     quantizer_modules = ("nncf",)
 
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        from .weight_only import openvino_recipe
+
+        return openvino_recipe(bits)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**self.config(ctx, "fp32"), "INFERENCE_PRECISION_HINT": "the cell's: f32, bf16 or f16 (int8: f32 for "
                 "the layers NNCF leaves unquantized)",
@@ -289,6 +294,11 @@ print(compiled([x.numpy() for x in inputs]))
             model = None if stored else self._convert(ov, module, example_inputs, ctx, dtype, static=True)
             if model is not None and ctx.calibration is not None:
                 model = nncf_quantize(model, ctx)
+            if model is not None and ctx.weight_bits is not None:
+                from .weight_only import openvino_compress
+
+                with ctx.phase("quantize"):
+                    model = openvino_compress(model, ctx.weight_bits)
             if warm and not stored:
                 ov.save_model(model, str(folder / IR), compress_to_fp16=False)
                 artifacts.write_meta(folder, [IR, "model.bin"], expected)
@@ -486,6 +496,9 @@ class OpenVinoDynamoBackend(OpenVinoBackend):
     description = "OpenVINO as a torch.compile backend (backend='openvino'), same CPU configuration"
     onnx_frontend = None  # torch.compile takes torch code only
     runtime_modules = ("openvino", "openvino.torch", "torch._dynamo")
+
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        return None  # torch.compile's OpenVINO backend takes no NNCF-compressed model here
 
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {**super().settings(ctx), "frontend": "torch.compile(backend='openvino')", "CACHE_DIR": "none"}

@@ -202,6 +202,11 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
     onnx_frontend = "InferenceSession on the file"
     quantizes = True  # int8: onnxruntime.quantization.quantize_static on the fp32 export (quantize_settings)
 
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        from .weight_only import ort_recipe
+
+        return ort_recipe(bits)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         spinning = getattr(ctx.options, "ort_spinning", False)
         return {**session_config(ctx), **offline_sessions(ctx), "enable_cpu_mem_arena": True, "providers": self.providers(ctx),
@@ -248,6 +253,11 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
                 self._export(module, example_inputs, ctx, model_path)
                 if ctx.calibration is not None:
                     model_path = quantize_onnx(model_path, ctx)
+                if ctx.weight_bits is not None:
+                    from .weight_only import ort_matmul_nbits
+
+                    with ctx.phase("quantize"):
+                        model_path = ort_matmul_nbits(model_path, ctx.weight_bits)
                 if warm:
                     options.optimized_model_filepath = str(optimized)
             with ctx.phase("session"):

@@ -206,6 +206,7 @@ def _checked_backends(names: list[str]) -> list[str]:
 
 
 def _checked_workloads(args: argparse.Namespace) -> list:
+    from compare.measure.numerics import WEIGHT_ONLY
     from workloads import resolve_workloads
     from workloads.llm import LLM_TAG, with_lengths
 
@@ -214,8 +215,11 @@ def _checked_workloads(args: argparse.Namespace) -> list:
     suite = args.suite or ("none" if args.model else "paper")
     workloads = resolve_workloads(names, [*args.workload_file, *model_specs(args.model)], suite)  # WorkloadError
     lengths = (getattr(args, "prompt_len", None), getattr(args, "gen_len", None))
-    if lengths != (None, None) and not any(LLM_TAG in w.tags for w in workloads):
+    generates = any(LLM_TAG in w.tags for w in workloads)
+    if lengths != (None, None) and not generates:
         raise UsageError("--prompt-len/--gen-len: none of the chosen workloads generates tokens (--suite llm)")
+    if set(args.dtype) & set(WEIGHT_ONLY) and not generates:
+        raise UsageError("--dtype int8wo/int4wo: weight-only quantization is measured on the decode suite (--suite llm)")
     workloads = [with_lengths(w, *lengths) for w in workloads]  # a prompt the model cannot hold: WorkloadError
     for w in workloads:
         for batch in args.batch if w.batch_param else [None]:

@@ -244,3 +244,86 @@ def test_a_module_that_fails_to_compile_names_itself_and_keeps_its_kind(tmp_path
         compile_part(Refusing(ValueError("op dump\nno lowering for aten.where")), None, [], ctx, "decode")
     with pytest.raises(BackendUnavailable, match="^prefill: no KV cache here"):
         compile_part(Refusing(BackendUnavailable("no KV cache here")), None, [], ctx, "prefill")
+
+
+@pytest.mark.unit
+def test_next_token_accuracy_of_known_logits():
+    import torch
+
+    from compare.measure.accuracy import next_token_accuracy
+
+    ref = [torch.tensor([[2.0, 0.0, 0.0]]), torch.tensor([[0.0, 1.0, 0.0]])]
+    same = next_token_accuracy(ref, ref)
+    assert same["top1_agreement"] == 1.0 and same["mean_kl"] == pytest.approx(0.0, abs=1e-12) and same["steps"] == 2
+    flipped = [ref[0], torch.tensor([[1.0, 0.0, 0.0]])]  # the second step's top-1 moves
+    got = next_token_accuracy(flipped, ref)
+    p = torch.softmax(ref[1].double(), -1)
+    kl = float((p * (p.log() - torch.log_softmax(flipped[1].double(), -1))).sum())
+    assert got["top1_agreement"] == 0.5 and got["mean_kl"] == pytest.approx(kl / 2) and got["max_kl"] == pytest.approx(kl)
+    assert "random weights" in got["note"]
+
+
+@pytest.mark.unit
+def test_a_forced_generation_feeds_the_given_tokens():
+    import torch
+
+    from adapters.eager import TorchCompiled
+    from compare.measure.generation import DecodePair, generate
+
+    model, prompt, params = _small()
+    pair = DecodePair(TorchCompiled(model.prefill_module(), "cpu"), TorchCompiled(model.decode_module(), "cpu"))
+    forced = [[7]] * params["new_tokens"]
+    with torch.no_grad():
+        made = generate(pair, prompt, params["new_tokens"], keep_logits=True, forced=forced)
+        sequence = torch.cat([prompt, torch.full((1, params["new_tokens"] - 1), 7)], dim=1)
+        full = model(sequence)  # the uncached forward over the forced sequence
+    assert made.tokens == forced
+    for index, logits in enumerate(made.logits):
+        assert torch.allclose(logits, full[:, prompt.shape[1] - 1 + index], atol=1e-4, rtol=1e-5), index
+
+
+@pytest.mark.unit
+def test_weight_only_is_a_dtype_and_its_eager_cell_is_compared_with_fp32_eager():
+    from compare import cli
+    from compare.results.derived import fill_speedup, is_reference
+
+    config = cli.make_config(cli.parse(["--suite", "llm", "--dtype", "int8wo,int4wo", "--backends", "ort"]))
+    assert config.dtypes == ["int8wo", "int4wo"]
+    quantized = Cell(workload="llama_decode", backend="eager", status="ok", dtype="int4wo",
+                     latency=LatencyStats.from_ms([10.0, 11.0, 10.5, 10.2], 1),
+                     eager_latency=LatencyStats.from_ms([20.0, 21.0, 20.5, 20.2], 1))
+    assert not is_reference(quantized) and is_reference(Cell(workload="w", backend="eager", status="ok"))
+    fill_speedup(quantized)
+    assert quantized.speedup == pytest.approx(20.35 / 10.35, rel=1e-3) and quantized.speedup_ci is not None
+
+
+@pytest.mark.slow
+def test_each_backends_weight_only_recipe_generates_and_is_read_against_fp32_eager(tmp_path):
+    """int8 and int4 weight-only on the small Llama: every backend's own recipe runs, says
+    what it ran, and is read on fp32 eager's sequence (top-1 agreement and KL)."""
+    out = tmp_path / "run"
+    backends = "inductor,ort,openvino,executorch"
+    proc = run_cli("--workloads", "llama_decode", "--size", "small", "--dtype", "int8wo,int4wo", "--backends", backends,
+                   "--threads", "2", *FAST, "--output-dir", out, "--no-history", "--quiet", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = {(c["backend"], c["dtype"]): c for c in load_results(out)["cells"]}
+    assert sorted(cells) == sorted((b, d) for b in ["eager", *backends.split(",")] for d in ("int8wo", "int4wo"))
+    for key, cell in cells.items():
+        assert cell["status"] == "ok" and cell["numerics_ok"], (key, cell["error"], cell["numerics_error"])
+        accuracy = cell["decode"]["accuracy_vs_fp32"]
+        assert accuracy["steps"] == cell["decode"]["new_tokens"] and 0.0 <= accuracy["top1_agreement"] <= 1.0
+        assert accuracy["mean_kl"] >= 0.0, key
+        assert cell["info"]["weight_only"]["quantizer"], key
+        phases = cell["compile_phases"]
+        assert phases.get("quantize_weights", 0) > 0 or {"prefill_quantize", "decode_quantize"} <= set(phases), key
+        assert cell["speedup"] > 0 and cell["speedup_ci"] is not None, key
+    assert cells[("eager", "int8wo")]["decode"]["accuracy_vs_fp32"]["top1_agreement"] >= 0.5  # int8 barely moves
+
+
+@pytest.mark.unit
+def test_weight_only_without_a_decode_workload_is_one_line_and_exit_2(capsys):
+    from compare import cli
+
+    assert cli.main(["--suite", "paper", "--dtype", "int4wo", "--backends", "ort"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "measured on the decode suite" in err[0]

@@ -87,3 +87,29 @@ def int8_verdict(accuracy: dict[str, Any], judge_top1: bool = True) -> dict[str,
     if judge_top1 and top1 is not None and not top1 >= tolerance["top1_agreement_min"]:
         problems.append(f"top-1 agreement with fp32 {top1:.0%} < {tolerance['top1_agreement_min']:.0%}")
     return {"ok": not problems, "error": "int8 " + "; ".join(problems) if problems else None, "tolerance": tolerance}
+
+
+# Weight-only int8/int4 on random weights: their near-flat next-token distributions lack a
+# trained model's outliers, so these figures say little about a trained model's loss.
+RANDOM_WEIGHTS_NOTE = ("random weights: no trained outliers, so quantization error here says little about a trained "
+                       "model's")
+
+
+def next_token_accuracy(logits: Sequence[Any], reference: Sequence[Any]) -> dict[str, Any]:
+    """A quantized decoder against fp32 eager, fed the same tokens at every step (eager's
+    greedy ones): the share of steps whose top-1 next token agrees, and the mean and worst
+    KL divergence KL(fp32 || quantized) of the next-token distributions, as llama.cpp's
+    perplexity tool reports them. In float64."""
+    import torch
+
+    agree, kls = [], []
+    for got, ref in zip(logits, reference):
+        got, ref = got.double(), ref.double()
+        agree.append(float((got.argmax(-1) == ref.argmax(-1)).double().mean()))
+        log_ref, log_got = torch.log_softmax(ref, -1), torch.log_softmax(got, -1)
+        kls.append(float((log_ref.exp() * (log_ref - log_got)).sum(-1).mean()))
+    finite = all(math.isfinite(k) for k in kls)
+    return {"top1_agreement": sum(agree) / len(agree) if agree else None,
+            "mean_kl": sum(kls) / len(kls) if kls and finite else None,
+            "max_kl": max(kls) if kls and finite else None, "steps": len(agree), "finite": finite,
+            "note": RANDOM_WEIGHTS_NOTE}

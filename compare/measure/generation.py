@@ -45,19 +45,27 @@ def call(compiled, inputs: Sequence[Any]) -> list[Any]:
     return compiled.outputs_to_torch(raw)
 
 
-def generate(pair: DecodePair, prompt, new_tokens: int, keep_logits: bool = False) -> Generation:
-    """Greedy generation of ``new_tokens`` tokens after ``prompt[B, P]``, timed in parts."""
+def generate(pair: DecodePair, prompt, new_tokens: int, keep_logits: bool = False,
+             forced: list[list[int]] | None = None) -> Generation:
+    """Greedy generation of ``new_tokens`` tokens after ``prompt[B, P]``, timed in parts;
+    with ``forced`` (per new token, the batch's ids), those tokens are fed instead of the
+    argmax (teacher forcing: a quantized model read on fp32 eager's sequence)."""
     import torch
+
+    def chosen(logits, index: int):
+        if forced is None:
+            return logits.argmax(-1, keepdim=True)
+        return torch.tensor(forced[index], dtype=torch.int64, device=prompt.device).view(-1, 1)
 
     start = time.perf_counter()
     logits, k_cache, v_cache = call(pair.prefill, [prompt])
-    token = logits.argmax(-1, keepdim=True)
+    token = chosen(logits, 0)
     out = Generation([token[:, 0].tolist()], time.perf_counter() - start, [], [logits.clone()] if keep_logits else [])
     for index in range(new_tokens - 1):
         begin = time.perf_counter()
         position = torch.tensor([prompt.shape[1] + index], dtype=torch.int64, device=prompt.device)
         logits, k_cache, v_cache = call(pair.step, [token, position, k_cache, v_cache])
-        token = logits.argmax(-1, keepdim=True)
+        token = chosen(logits, index + 1)
         out.step_s.append(time.perf_counter() - begin)
         out.tokens.append(token[:, 0].tolist())
         if keep_logits:

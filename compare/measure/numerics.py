@@ -29,7 +29,10 @@ PRECISIONS = {p.name: p for p in (
 # int8: static post-training quantization of weights and activations by each backend's own
 # quantizer (compare/measure/accuracy.py); the model and its inputs stay fp32 until then.
 QUANTIZED_DTYPES = ("int8",)
-DTYPE_NAMES = ("fp32", "bf16", "fp16") + QUANTIZED_DTYPES  # the precisions a run can ask for (--dtype)
+# Weight-only int8 and int4 (the decode suite): each backend's own recipe quantizes the
+# weights of an fp32 model (adapters/weight_only.py); fp32 eager is the reference.
+WEIGHT_ONLY = {"int8wo": 8, "int4wo": 4}
+DTYPE_NAMES = ("fp32", "bf16", "fp16") + QUANTIZED_DTYPES + tuple(WEIGHT_ONLY)  # what a run can ask for (--dtype)
 _BY_ELEMENT_TYPE = {p.element_type: p for p in PRECISIONS.values()}
 
 
@@ -45,7 +48,7 @@ def torch_dtype(name: str):
     model and inputs are fp32, handed so to each backend's quantizer."""
     import torch
 
-    return torch.float32 if name in QUANTIZED_DTYPES else getattr(torch, PRECISIONS[name].element_type)
+    return torch.float32 if name in QUANTIZED_DTYPES or name in WEIGHT_ONLY else getattr(torch, PRECISIONS[name].element_type)
 
 
 def reduced_precision_verdict(vs_fp64: dict[str, Any], eager_vs_fp64: dict[str, Any], dtype: str,

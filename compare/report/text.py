@@ -380,9 +380,21 @@ def _fmt_rate_speedup(speedup: dict[str, Any] | None) -> str:
 
 
 def _decode_tokens(decode: dict[str, Any]) -> str:
+    accuracy = decode.get("accuracy_vs_fp32")
+    if accuracy:  # weight-only: read on fp32 eager's sequence
+        kl = accuracy.get("mean_kl")
+        return (f"vs fp32 eager: top-1 {accuracy['top1_agreement']:.0%}, mean KL "
+                f"{'-' if kl is None else f'{kl:.3g}'} (random weights)")
     if decode.get("token_ids_agree"):
         return "agree"
     return f"differ from token {decode.get('first_divergent_step')}"
+
+
+def _own_rates(own: dict[str, Any] | None) -> str:
+    """The runtime's own prompt and generation rates (llama.cpp's counters), where it keeps them."""
+    if not own or own.get("pp_tokens_per_s") is None or own.get("tg_tokens_per_s") is None:
+        return "-"
+    return f"{own['pp_tokens_per_s']:.4g} / {own['tg_tokens_per_s']:.4g}"
 
 
 def decode_rows(results: RunResults) -> list[dict[str, Any]]:
@@ -399,7 +411,11 @@ def decode_rows(results: RunResults) -> list[dict[str, Any]]:
                      "pp vs eager": _fmt_rate_speedup(decode.get("pp_speedup")),
                      "tg vs eager": _fmt_rate_speedup(decode.get("tg_speedup")),
                      "steps": (decode.get("tpot_ms") or {}).get("n"), "token ids": _decode_tokens(decode),
+                     "its own pp/tg t/s": _own_rates(decode.get("own_timings")),
                      "recompiles": decode.get("recompiles")})
+    if all(row["its own pp/tg t/s"] == "-" for row in rows):  # no runtime here keeps its own counters
+        for row in rows:
+            del row["its own pp/tg t/s"]
     return rows
 
 

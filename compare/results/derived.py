@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from compare.measure.numerics import WEIGHT_ONLY
 from compare.measure.roofline import place
 from compare.measure.stats import (
     INTERVAL_TAIL,
@@ -71,13 +72,19 @@ def interval_block(cell: Cell) -> int:
     return cell.interval["block_rounds"] if cell.interval else 1
 
 
+def is_reference(cell: Cell) -> bool:
+    """The eager cell that the others are compared with. A weight-only eager cell is not:
+    it runs torchao's recipe, timed against fp32 eager like every other backend's."""
+    return cell.backend == "eager" and cell.dtype not in WEIGHT_ONLY
+
+
 def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median or not math.isfinite(stats.median / ref.median):
         return  # no ratio to draw from a latency that is zero or not a number
     groups = cell.process_samples
     cell.speedup = ref.median / stats.median
-    if cell.backend == "eager":
+    if is_reference(cell):
         cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
         cell.speedup_ci, cell.break_even_note = None, "reference"
         return
@@ -166,7 +173,7 @@ def fill_decode(cell: Cell) -> None:
         return
     decode.update(decode_summary(samples["backend"], cell.latency.median, decode))
     decode["eager"] = decode_summary(samples["eager"], cell.eager_latency.median, decode)
-    if cell.backend != "eager":
+    if not is_reference(cell):
         rates, eager = bench_rates(samples["backend"], decode), bench_rates(samples["eager"], decode)
         for name in ("pp", "tg"):
             decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.process_samples)
@@ -215,8 +222,9 @@ def correlation_seconds(results: RunResults) -> float | None:
 
 
 def fill_derived(results: RunResults) -> None:
-    eager_only = {c.label: c.latency.median for c in results.cells
-                  if c.backend == "eager" and c.status == "ok" and c.latency}
+    # A weight-only eager cell's latency is torchao's, not fp32 eager's: its in-cell fp32 eager is.
+    eager_only = {c.label: (c.latency if is_reference(c) else c.eager_latency).median for c in results.cells
+                  if c.backend == "eager" and c.status == "ok" and c.latency and c.eager_latency}
     ceilings = results.experiments.get("roofline_ceilings")
     correlation_s = correlation_seconds(results)
     per_request = (results.config.get("timing") or {}).get("per_request", False)
@@ -232,7 +240,7 @@ def fill_derived(results: RunResults) -> None:
         cell.eager_only_ms = eager_only.get(cell.label)
         if cell.eager_only_ms and cell.eager_median_ms:
             cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1
-        if cell.backend != "eager" and cell.compile_s is not None and cell.eager_median_ms:
+        if not is_reference(cell) and cell.compile_s is not None and cell.eager_median_ms:
             paid = paid_seconds(cell)[0]
             cell.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
                                                    cell.latency.median, cell.eager_median_ms)

@@ -356,6 +356,12 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
             figure = side.get(f"{rate}_tokens_per_s") or {}
             row.update({f"{prefix}_{rate}_tokens_per_s_mean": figure.get("mean"),
                         f"{prefix}_{rate}_tokens_per_s_sd": figure.get("sd")})
+    own = decode.get("own_timings") or {}  # the runtime's own counters (llama.cpp)
+    row.update({"decode_own_pp_tokens_per_s": own.get("pp_tokens_per_s"),
+                "decode_own_tg_tokens_per_s": own.get("tg_tokens_per_s")})
+    accuracy = decode.get("accuracy_vs_fp32") or {}
+    row.update({"decode_top1_agreement_vs_fp32": accuracy.get("top1_agreement"),
+                "decode_mean_kl_vs_fp32": accuracy.get("mean_kl")})
     for rate in ("pp", "tg"):
         speedup = decode.get(f"{rate}_speedup") or {}
         ci = speedup.get("ci") or [None, None]

@@ -14,13 +14,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from compare.measure import memory
 from compare.measure.generation import DecodePair, Generation, GenerationSampler, call, generate
-from compare.measure.numerics import QUANTIZED_DTYPES, torch_dtype
+from compare.measure.numerics import QUANTIZED_DTYPES, WEIGHT_ONLY, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
 from compare.worker import steps
@@ -157,22 +158,32 @@ def first_divergence(got: list, expected: list) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
 
 
-def check_tokens(pair: DecodePair, reference: DecodePair, setup: DecodeSetup) -> tuple[dict[str, Any], Generation]:
+def check_tokens(pair: DecodePair, reference: DecodePair, setup: DecodeSetup,
+                 weight_only: bool = False) -> tuple[dict[str, Any], Generation]:
     """One generation of each: the token ids against eager's, and the worst logit error
-    over the steps before any divergence (after it the two see different tokens)."""
+    over the steps before any divergence (after it the two see different tokens). A
+    weight-only cell is expected to part from fp32 eager: it is judged finite, and its
+    accuracy is read on eager's own sequence (``next_token_accuracy``)."""
     expected = generate(reference, setup.prompt, setup.new_tokens, keep_logits=True)
     got = generate(pair, setup.prompt, setup.new_tokens, keep_logits=True)
     diverged = first_divergence(got.tokens, expected.tokens)
     agreeing = setup.new_tokens if diverged is None else diverged
     errors = [float((a.double() - b.double()).abs().max()) for a, b in zip(got.logits[:agreeing], expected.logits)]
     finite = all(bool(logits.isfinite().all()) for logits in got.logits)
+    accuracy = None
+    if weight_only:
+        from compare.measure.accuracy import next_token_accuracy
+
+        forced = generate(pair, setup.prompt, setup.new_tokens, keep_logits=True, forced=expected.tokens)
+        accuracy = next_token_accuracy(forced.logits, expected.logits)
     error = None
-    if diverged is not None:
+    if diverged is not None and not weight_only:
         error = f"generated token ids differ from eager's from new token {diverged} (of {setup.new_tokens})"
-    elif not finite:
+    elif not finite or (accuracy is not None and not accuracy["finite"]):
         error = "non-finite logits"
     record = {"token_ids_agree": diverged is None, "first_divergent_step": diverged,
-              "token_ids": got.tokens, "eager_token_ids": expected.tokens}
+              "token_ids": got.tokens, "eager_token_ids": expected.tokens,
+              **({"accuracy_vs_fp32": accuracy} if accuracy is not None else {})}
     return {"numerics_ok": error is None, "numerics_error": error, "numerics_draws": 1,
             "max_abs_err": max(errors) if errors else None, "decode": record}, got
 
@@ -180,7 +191,8 @@ def check_tokens(pair: DecodePair, reference: DecodePair, setup: DecodeSetup) ->
 def time_generations(pair: DecodePair, reference: DecodePair, setup: DecodeSetup, spec: CellSpec):
     """Eager's and the backend's generations alternately (eager alone in its own cell), in
     one go or in the slices the parent asks for; per-generation statistics and the parts."""
-    candidates = [pair] if spec.backend == "eager" else [reference, pair]
+    # Eager alone in its own cell, unless it runs a weight-only recipe: fp32 eager is then its reference.
+    candidates = [pair] if spec.backend == "eager" and spec.dtype not in WEIGHT_ONLY else [reference, pair]
     sampler = GenerationSampler(candidates, setup.prompt, setup.new_tokens, spec.timing)
     if spec.interleave:
         steps.take_slices(sampler)
@@ -217,33 +229,54 @@ def decode_record(setup: DecodeSetup, tokens: dict[str, Any], parts: dict, recom
 
 def measure(spec: CellSpec, backend, ctx, torch_import_s: float) -> protocol.CellMeasurement:
     """Run one decode cell; returns what it measured (the protocol's answer)."""
-    from adapters import BackendUnavailable
+    from adapters import Backend, BackendUnavailable
 
     if spec.dtype in QUANTIZED_DTYPES:
         raise BackendUnavailable(f"the LLM decode suite has no {spec.dtype} path (its quantizers take one module "
-                                 "with one set of calibration inputs, not a prefill and a decode step)")
+                                 "with one set of calibration inputs, not a prefill and a decode step); weight-only "
+                                 "int8 and int4 are --dtype int8wo and int4wo")
+    bits = WEIGHT_ONLY.get(spec.dtype)
+    recipe = None if bits is None else backend.weight_only_recipe(bits)
+    if bits is not None and recipe is None:
+        raise BackendUnavailable(f"dlcompare has no weight-only {spec.dtype} recipe for {spec.backend}")
     steps.emit(phase="setup")
     setup = DecodeSetup.build(spec)
     steps.emit(phase="import")
     loaded = steps.import_backend(backend, ctx)
     if spec.await_compile:
         steps.await_compile()
+    quantize_s = None
+    if bits is not None:  # eager's fp32 copy stays the reference
+        ctx.weight_bits, ctx.info["weight_only"] = bits, recipe
+        if type(backend).quantize_weights is not Backend.quantize_weights:  # a torch recipe: once, for both modules
+            start = time.perf_counter()
+            setup.model = backend.quantize_weights(setup.model, bits)
+            quantize_s = time.perf_counter() - start
     results, figures = compile_both(backend, setup, ctx, spec, loaded)
     compiled = merged_compile(backend, ctx, results, spec)
+    if recipe is not None:
+        compiled["info"]["weight_only"] = recipe
+    if quantize_s is not None:
+        compiled["compile_phases"] = {"quantize_weights": quantize_s, **compiled["compile_phases"]}
+        compiled["compile_s"] += quantize_s
     pair = DecodePair(results["prefill"].compiled, results["decode"].compiled)
     reference = eager_pair(setup, spec.device)
     graphs_before = dynamo_graphs()
     steps.emit(phase="numerics")
-    numerics, first = check_tokens(pair, reference, setup)
+    numerics, first = check_tokens(pair, reference, setup, weight_only=bits is not None)
     steps.emit(phase="timing")
+    pair.step.own_timings(reset=True)  # its own counters cover the timed generations (warm-ups included)
     timed, parts = time_generations(pair, reference, setup, spec)
+    own = pair.step.own_timings()
     after = after_timing(pair, setup, first)
     if numerics["numerics_ok"] and not after["ok"]:
         numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
     decode = decode_record(setup, numerics.pop("decode"), parts, dynamo_graphs() - graphs_before)
+    if own is not None:
+        decode["own_timings"] = own
     return protocol.CellMeasurement(
         status="ok", backend_versions=backend.versions(),
-        settings={"threads": spec.threads, "float32_matmul_precision": "highest", "kv_cache": CACHE_STRATEGY,
+        settings={"threads": spec.threads, **steps.FP32_SETTINGS, "kv_cache": CACHE_STRATEGY,
                   **({"affinity": list(spec.affinity)} if spec.affinity else {}), **backend.settings(ctx)},
         allocator=steps.allocator_in_use(), torch_import_s=torch_import_s, import_s=loaded["import_s"],
         time_to_first_result_s=torch_import_s + (loaded["import_s"] or 0.0) + compiled["compile_s"],

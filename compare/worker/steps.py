@@ -29,7 +29,7 @@ from typing import Any
 
 from compare.measure import memory
 from compare.measure.cpus import parse_cpu_list
-from compare.measure.numerics import QUANTIZED_DTYPES, torch_dtype
+from compare.measure.numerics import QUANTIZED_DTYPES, WEIGHT_ONLY, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
 from workloads.zoo import guard_torchvision
@@ -103,10 +103,13 @@ def thread_pinning(process_cpus: set[int]) -> dict[str, Any]:
 PINNING_WATCH_S = 0.3
 
 
-def pinning_during_calls(compiled, prepared, process_cpus: set[int]) -> dict[str, Any]:
+def pinning_during_calls(compiled, prepared, process_cpus: set[int], first=None) -> tuple[dict[str, Any], Any]:
     """The most threads seen pinned while the artifact runs, read every 10 ms from a
     watcher thread: OpenVINO's TBB pins a worker when it enters the arena and unpins it
-    when it leaves, so an idle process shows none of its pinning."""
+    when it leaves, so an idle process shows none of its pinning. ``first`` (the
+    after-timing check, one call) runs under the watch, then calls follow until
+    ``PINNING_WATCH_S`` has passed: a slow artifact pays no extra call. Returns the
+    pinning seen and what ``first`` returned."""
     import threading
 
     seen = [thread_pinning(process_cpus)]
@@ -119,14 +122,17 @@ def pinning_during_calls(compiled, prepared, process_cpus: set[int]) -> dict[str
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     end = time.perf_counter() + PINNING_WATCH_S
+    result = None
     try:
+        if first is not None:
+            result = first()
         while time.perf_counter() < end:
             compiled.run(prepared)
             compiled.synchronize()
     finally:
         done.set()
         watcher.join()
-    return max(seen, key=lambda s: s["pinned"])
+    return max(seen, key=lambda s: s["pinned"]), result
 
 
 # ----------------------------------------------------------------------------- steps
@@ -173,8 +179,18 @@ def prepare_worker(spec: CellSpec):
         importlib.import_module(name)
     torch_import_s = time.perf_counter() - start
     torch.set_num_threads(spec.threads)
-    torch.set_float32_matmul_precision("highest")
+    strict_fp32(torch)
     return backend, ctx, torch_import_s
+
+
+# fp32 is IEEE fp32 on every device: matmuls at "highest", and cuDNN's convolutions without
+# TF32, which PyTorch turns on by default (an H200 run's fp32 conv missed atol 1e-4 by 6x).
+FP32_SETTINGS = {"float32_matmul_precision": "highest", "cudnn_allow_tf32": False}
+
+
+def strict_fp32(torch) -> None:
+    torch.set_float32_matmul_precision(FP32_SETTINGS["float32_matmul_precision"])
+    torch.backends.cudnn.allow_tf32 = FP32_SETTINGS["cudnn_allow_tf32"]
 
 
 def scenario_of(spec: CellSpec) -> str:
@@ -688,6 +704,10 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
 
         return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
                                                                                 emit))
+    if spec.dtype in WEIGHT_ONLY:
+        from adapters import BackendUnavailable
+
+        raise BackendUnavailable(f"weight-only {spec.dtype} is measured on the decode suite (--suite llm)")
     if spec.dtype in QUANTIZED_DTYPES and (missing := backend.int8_missing()):
         from adapters import BackendUnavailable
 
@@ -709,19 +729,19 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     offline = timed.pop("offline")
     if offline:  # at the workload's batch: samples/s is inferences/s times it
         offline = {"batch": setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch, **offline}
-    after = check_after_timing(compiled, prepared, outputs)
     server = serve_under_loadgen(compiled, prepared, setup, spec, timed)
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
     libraries = gemm_libraries(compiled, prepared, setup, spec)
-    pinning = pinning_during_calls(compiled, prepared, process_cpus)
+    pinning, after = pinning_during_calls(compiled, prepared, process_cpus,
+                                          first=lambda: check_after_timing(compiled, prepared, outputs))
     if numerics["numerics_ok"] and not after["ok"]:
         numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
     figures: dict[str, Any] = {**compile_memory, **steady, **numerics, **timed}  # named as the measurement's fields
     return protocol.CellMeasurement(
         status="ok",
         backend_versions=backend.versions(),
-        settings={"threads": spec.threads, "float32_matmul_precision": "highest",
+        settings={"threads": spec.threads, **FP32_SETTINGS,
                   **({"affinity": list(spec.affinity)} if spec.affinity else {}), **backend.settings(ctx),
                   **({"calibration": setup.calibration_record} if setup.calibration_record else {})},
         allocator=allocator_in_use(),

@@ -1,0 +1,101 @@
+"""llama.cpp beside the compilers (the [llamacpp] extra): the GGUF writer's file as llama.cpp
+reads it, and small decoders generating eager's tokens through llama.cpp at f32 and f16."""
+import importlib.util
+
+import pytest
+
+from conftest import FAST, load_results, run_cli
+
+needs_gguf = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf not installed: the [llamacpp] extra")
+needs_llamacpp = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                    reason="llama-cpp-python not installed: pip install -e '.[llamacpp]'")
+
+
+def _small_lm(zoo_name: str):
+    from workloads import build_model
+    from workloads.llm import HF_DECODERS, hf_decode_workload
+
+    name = next(n for n, zoo in HF_DECODERS.items() if zoo == zoo_name)
+    return build_model(hf_decode_workload(name, zoo_name), "small", 0).lm
+
+
+@pytest.mark.unit
+def test_the_rotary_permutation_interleaves_each_heads_halves():
+    """HF's rotate-half rows [x0..x3 | y0..y3] of a head become llama.cpp's pairs (x0, y0, x1, y1, ...)."""
+    import numpy as np
+
+    from adapters.llamacpp import permute_rotary
+
+    rows = np.arange(16).reshape(16, 1)  # 2 heads of 8 rows
+    assert permute_rotary(rows, 2)[:, 0].tolist() == [0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15]
+
+
+@pytest.mark.unit
+def test_llamacpp_takes_decode_workloads_only():
+    from adapters import get_backend
+    from workloads.llm import LLM_TAG
+
+    backend = get_backend("llamacpp")
+    assert "decode suite" in backend.unavailable_for(("paper",))
+    assert backend.unavailable_for(("llm", LLM_TAG)) is None
+    assert backend.weight_only_recipe(4)["quantizer"].startswith("llama_model_quantize")
+
+
+@needs_gguf
+@pytest.mark.unit
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family):
+    import gguf
+
+    from adapters.llamacpp import write_gguf
+
+    lm = _small_lm(family)
+    written = write_gguf(lm, tmp_path / "m.gguf", "F32")
+    reader = gguf.GGUFReader(tmp_path / "m.gguf")
+    names = {t.name: t for t in reader.tensors}
+    config = lm.config
+    assert written["tensors"] == len(names) and "token_embd.weight" in names and "output_norm.weight" in names
+    assert ("output.weight" in names) != bool(config.tie_word_embeddings)
+    for layer in range(config.num_hidden_layers):
+        assert {f"blk.{layer}.{p}.weight" for p in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                                   "ffn_down", "attn_norm", "ffn_norm")} <= set(names)
+    assert ("blk.0.attn_q.bias" in names) == (family == "qwen2")  # Qwen2's q/k/v biases
+    fields = reader.fields
+    assert bytes(fields["tokenizer.ggml.model"].parts[-1]).decode() == "none"
+    assert int(fields[f"{written['arch']}.vocab_size"].parts[-1][0]) == config.vocab_size
+    assert list(names["token_embd.weight"].shape) == [config.hidden_size, config.vocab_size]  # GGUF dims reversed
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_llama_and_qwen2_generate_eagers_tokens_through_llamacpp(tmp_path, dtype):
+    out = tmp_path / "run"
+    proc = run_cli("--workloads", "llama_decode,qwen2_decode", "--size", "small", "--dtype", dtype,
+                   "--backends", "llamacpp", "--threads", "2", *FAST, "--output-dir", out, "--no-history", "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = [c for c in load_results(out)["cells"] if c["backend"] == "llamacpp"]
+    assert len(cells) == 2
+    for cell in cells:
+        decode = cell["decode"]
+        assert cell["status"] == "ok" and cell["numerics_ok"], (cell["workload"], cell["error"], cell["numerics_error"])
+        assert decode["token_ids"] == decode["eager_token_ids"]
+        own = decode["own_timings"]
+        assert own["source"] == "llama_perf_context" and own["pp_tokens_per_s"] > 0 and own["tg_tokens_per_s"] > 0
+        assert own["generated_tokens"] >= decode["new_tokens"] - 1
+        assert cell["info"]["prefill"]["gguf"]["file_type"] == {"fp32": "F32", "fp16": "F16"}[dtype]
+        assert {"prefill_write_gguf", "prefill_load"} <= set(cell["compile_phases"])
+
+
+@needs_llamacpp
+@pytest.mark.slow
+def test_llamacpps_q8_0_and_q4_0_are_read_against_fp32_eager(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("--workloads", "llama_decode", "--size", "small", "--dtype", "int8wo,int4wo", "--backends", "llamacpp",
+                   "--threads", "2", *FAST, "--output-dir", out, "--no-history", "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = {c["dtype"]: c for c in load_results(out)["cells"] if c["backend"] == "llamacpp"}
+    for dtype, kind in (("int8wo", "Q8_0"), ("int4wo", "Q4_0")):
+        cell = cells[dtype]
+        assert cell["status"] == "ok" and cell["info"]["prefill"]["gguf"]["file_type"] == kind, cell["error"]
+        assert "prefill_quantize" in cell["compile_phases"]
+        assert 0.0 <= cell["decode"]["accuracy_vs_fp32"]["top1_agreement"] <= 1.0
