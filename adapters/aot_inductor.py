@@ -43,6 +43,7 @@ class AotInductorCompiled(InductorCompiled):
 
 class AotInductorBackend(Backend):
     name = "aot-inductor"
+    tf32_math = True
     rank = 15
     description = "AOTInductor: torch.export + Inductor ahead of time to a .pt2 package (C++ shared object)"
     reproducer = """\

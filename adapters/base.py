@@ -123,6 +123,9 @@ class CompileContext:
     # --scenario: "offline" asks for the backend's own multi-stream setting (a throughput
     # hint, several sessions) at the same total threads; see ``Compiled.stream_pool``.
     scenario: str = "back-to-back"
+    # --dtype tf32 (CUDA): fp32 matmuls and convolutions on TF32 tensor cores, where the
+    # backend has that math mode (``Backend.tf32_math``); False: strict IEEE fp32.
+    tf32: bool = False
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds, timed by ``phase``
     # Facts an adapter notes while it compiles (its helpers too); it hands them back as
     # ``CompileResult.info``.
@@ -288,6 +291,9 @@ class Backend(ABC):
     quantizes: bool = False
     int8_unavailable: str = "dlcompare has no int8 path for this backend"
     quantizer_modules: tuple[str, ...] = ()  # what its quantizer imports (the [int8] extra)
+    # --dtype tf32: True where the backend computes fp32 matmuls and convolutions in TF32 when
+    # ``CompileContext.tf32`` asks (torch's own flags, ORT's use_tf32); elsewhere unavailable.
+    tf32_math: bool = False
     # A failure's standalone reproducer (compare/report/reproducers.py): Python lines that
     # lower ``model`` (an nn.Module in eval mode) on ``inputs`` (a list of tensors) with this
     # backend alone, as its own API is called, and run it once; None: no reproducer.

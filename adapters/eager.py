@@ -43,6 +43,7 @@ class TorchCompiled(Compiled):
 
 class EagerBackend(Backend):
     name = "eager"
+    tf32_math = True
     rank = 0  # the reference: first in every listing
     description = "PyTorch eager mode (the reference)"
     packages = ("torch",)

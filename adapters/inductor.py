@@ -113,6 +113,7 @@ class InductorCompiled(TorchCompiled):
 
 class InductorBackend(Backend):
     name = "inductor"
+    tf32_math = True
     rank = 10
     description = "TorchInductor via torch.compile (C++/OpenMP on CPU, Triton on CUDA)"
     reproducer = """\

@@ -184,6 +184,7 @@ class OrtOptions(BackendOptions):
 
 class OrtBackend(Backend):
     name = "ort"
+    tf32_math = True
     rank = 20
     description = "ONNX Runtime (dynamo ONNX export, CPU execution provider)"
     reproducer = """\
@@ -228,8 +229,12 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
         return ok, reason
 
     @staticmethod
-    def providers(ctx: CompileContext) -> list[str]:
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"] if ctx.device == "cuda" else ["CPUExecutionProvider"]
+    def providers(ctx: CompileContext) -> list[Any]:
+        """The session's providers; on CUDA, TF32 stated both ways (the CUDA EP takes TF32 for
+        fp32 matmuls and convolutions unless ``use_tf32`` is 0), so fp32 is IEEE fp32."""
+        if ctx.device != "cuda":
+            return ["CPUExecutionProvider"]
+        return [("CUDAExecutionProvider", {"use_tf32": "1" if ctx.tf32 else "0"}), "CPUExecutionProvider"]
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         import onnxruntime as ort

@@ -28,6 +28,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Removed(argparse.Action):
+    """A flag that said what another already says: a one-line error that names the other."""
+
+    def __init__(self, option_strings, dest, replacement: str, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help=argparse.SUPPRESS)
+        self.replacement = replacement
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UsageError(f"{option_string} is gone: use {self.replacement}")
+
+
 def _csv(value: str) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items:
@@ -108,14 +119,18 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
                              "coverage matrix) or all (the hand-written three; default: paper, or none when --model is given)")
     parser.add_argument("--batch", type=_batch_list, default=[], metavar="N[,N...]",
                         help="batch sizes to sweep, each its own cell (default: each workload's own)")
-    parser.add_argument("--dtype", type=_dtype_list, default=["fp32"], metavar="fp32|bf16|fp16[,...]",
-                        help="precision of weights and inputs, comma-separated to sweep (default fp32)")
+    parser.add_argument("--dtype", type=_dtype_list, default=["fp32"], metavar="DTYPE[,...]",
+                        help="precision, comma-separated to sweep (default fp32): fp32, bf16, fp16, tf32 (CUDA: "
+                             "TF32 tensor-core math on fp32 tensors), int8 (static, each backend's quantizer), "
+                             "int8wo/int4wo (weight-only, --suite llm)")
     parser.add_argument("--workload-file", action="append", default=[], metavar="PATH",
                      help="Python file defining extra workloads (run as code); repeatable")
     parser.add_argument("--model", action="append", default=[], metavar="SPEC",
                         help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
                              "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
-    parser.add_argument("--size", choices=SIZES, default="default")
+    parser.add_argument("--size", choices=SIZES, default=None,
+                        help="workload shapes (default: 'default' on the CPU, 'large' on CUDA, where the default "
+                             "shapes are launch-bound)")
     parser.add_argument("--prompt-len", type=_positive_int, default=None, metavar="N",
                         help="decode workloads (--suite llm): prompt tokens, the prefill (pp) figure's length "
                              "(default 128 at the default size; 512 for llama-bench's pp512)")
@@ -212,7 +227,7 @@ def _add_conditions(parser: argparse.ArgumentParser) -> None:
                         help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
                              "jemalloc, tcmalloc or mimalloc (preloaded), auto: mimalloc, which the install brings "
                              f"(default {DEFAULT_ALLOCATOR})")
-    parser.add_argument("--system-malloc", action="store_true", help="same as --allocator system")
+    parser.add_argument("--system-malloc", action=_Removed, replacement="--allocator system")
     parser.add_argument("--thread-spin", choices=("short", "default"), default="short",
                         help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
                              "runtime's default before sleeping (default: short)")
@@ -230,7 +245,7 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-history", action="store_true", help="do not record this run in the history")
     parser.add_argument("--keep-work-dirs", action="store_true", help="keep each worker's scratch folder")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
-    parser.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
+    parser.add_argument("--list", action=_Removed, replacement="python -m compare list [--device cuda]")
     parser.add_argument("--resume", default=None, metavar="RUN_DIR",
                         help="finish an interrupted run: only missing cells and transient failures run again")
 
@@ -288,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
     lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    lst.add_argument("--size", choices=SIZES, default="default")
+    lst.add_argument("--size", choices=SIZES, default=None, help="default: the device's (large on CUDA)")
     lst.add_argument("--workload-file", action="append", default=[], metavar="PATH")
 
     rep = sub.add_parser("report", help="rewrite summary.md, results.csv and report.html from results.json")
@@ -367,8 +382,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
-        if getattr(args, "list", False):
-            return cmd_list(args)
         return COMMANDS.get(args.command, cmd_run)(args)
     except (UsageError, WorkloadError, ResultsError, TuningLogsUsage) as exc:
         print(f"compare: error: {exc}", file=sys.stderr)

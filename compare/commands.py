@@ -171,19 +171,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from adapters import backend_names, get_backend
+    from compare.config import device_size
     from workloads import resolve_workloads
 
     console = wide_console()
-    wt = Table(title=f"workloads (size {args.size})")
+    listed = resolve_workloads(None, args.workload_file, "all")
+    size = args.size or device_size(args.device, listed)
+    wt = Table(title=f"workloads (size {size})")
     for col in ("name", "suite", "description", "inputs", "batch dim", "dynamic dims", "source"):
         wt.add_column(col, overflow="fold")
-    for w in resolve_workloads(None, args.workload_file, "all"):
-        specs = w.input_specs(args.size)
+    for w in listed:
+        specs = w.input_specs(size)
         suite = next((t for t in w.tags if t in ("paper", "models", "llm")), "-")
         wt.add_row(
             w.name, suite, w.description,
             "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),
-            f"{w.batch_param}={w.batch_of(args.size)}" if w.batch_param else "-",
+            f"{w.batch_param}={w.batch_of(size)}" if w.batch_param else "-",
             "; ".join(", ".join(f"{d}={n}" for d, n in s.dynamic_dims.items()) for s in specs),
             w.source,
         )

@@ -57,8 +57,11 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     from compare.harness.runner import RunConfig
 
     preset = suite_defaults(args)
+    size_unset = args.size is None
     backends = _checked_backends(args.backends)
-    workloads = _checked_workloads(args)
+    workloads = _checked_workloads(args)  # sets an unset --size from the device's
+    if size_unset and args.size != "default":
+        preset["size"] = args.size
     _check_options(args)
     allocator, malloc_env = _allocator(args)
     affinity = _checked_affinity(args.affinity)
@@ -118,6 +121,12 @@ SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"processes": 1, "reference_processes"
                                            "min_samples": 1, "timeout": 600.0}}
 
 
+# The size a device runs when --size is not given. On a GPU the default shapes are
+# launch-bound (an H200's calls lasted 0.05-0.25 ms, so Inductor's wrapper overhead
+# decided the verdict, not its kernels); the large size gives the GPU work to do.
+DEVICE_SIZES = {"cpu": "default", "cuda": "large"}
+
+
 def suite_defaults(args: argparse.Namespace) -> dict:
     """Fill the options the command line left unset (None) from the suite's defaults, else
     the run's (in place); returns what the suite set, recorded with the run."""
@@ -135,6 +144,13 @@ def suite_defaults(args: argparse.Namespace) -> dict:
                 applied[name] = preset[name]
             setattr(args, name, preset.get(name, default))
     return applied
+
+
+def device_size(device: str, workloads: list) -> str:
+    """The size a run on ``device`` takes when --size is not given: the device's, when every
+    chosen workload has it (the zoo and the real decoders have no large size), else the default."""
+    wanted = DEVICE_SIZES.get(device, "default")
+    return wanted if all(wanted in w.sizes for w in workloads) else "default"
 
 
 # Single-stream: enough requests per cell for a p99.9 (1/(1-0.999)), over its processes.
@@ -214,6 +230,8 @@ def _checked_workloads(args: argparse.Namespace) -> list:
     # --model alone runs the models given; with --suite or --workloads, beside those.
     suite = args.suite or ("none" if args.model else "paper")
     workloads = resolve_workloads(names, [*args.workload_file, *model_specs(args.model)], suite)  # WorkloadError
+    if args.size is None:
+        args.size = device_size(args.device, workloads)
     lengths = (getattr(args, "prompt_len", None), getattr(args, "gen_len", None))
     generates = any(LLM_TAG in w.tags for w in workloads)
     if lengths != (None, None) and not generates:
@@ -246,12 +264,14 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
+    if "tf32" in args.dtype and args.device != "cuda":
+        raise UsageError("--dtype tf32 is a CUDA tensor-core math mode: add --device cuda (on the CPU, fp32 is fp32)")
 
 
 def _allocator(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
     from compare.harness.allocators import AllocatorMissing, allocator_env, resolve
 
-    allocator = resolve("system" if args.system_malloc else args.allocator)
+    allocator = resolve(args.allocator)
     try:
         return allocator, allocator_env(allocator)
     except AllocatorMissing as exc:

@@ -14,7 +14,7 @@ fi
 python3 -m pip install -q --no-index pandas tabulate rich matplotlib 2>/dev/null || true
 
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader || true
-python3 -m compare --list --device cuda
+python3 -m compare list --device cuda
 OUT="${OUT:-reports}/gpu-check"
 python3 -m compare --device cuda --backends "${BACKENDS:-inductor,ort,tvm-untuned,iree}" --size default \
     --time-budget 3 --min-samples 10 --timeout 240 --no-history --output-dir "$OUT" --quiet

@@ -45,7 +45,7 @@ def test_unwritable_output_dir(tmp_path):
 
 
 def test_list_shows_workloads_and_backends():
-    proc = run_cli("--list")
+    proc = run_cli("list")
     assert proc.returncode == 0
     for name in ("elementwise_chain", "norm_residual", "conv", "mlp", "attention", "eager", "inductor", "ort",
                  "resnet", "mobilenet_v2", "bert", "gpt2", "vit"):
@@ -80,3 +80,14 @@ def test_every_subcommand_module_exists():
     assert {"diff", "reference", "noise", "overhead", "tuning-logs"} <= set(delegated)
     for name, cmd in delegated.items():
         assert callable(getattr(importlib.import_module(cmd.module), cmd.entry)), name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("flag, replacement", [("--system-malloc", "--allocator system"),
+                                               ("--list", "python -m compare list")])
+def test_a_flag_that_repeated_another_is_a_one_line_error_naming_it(flag, replacement, capsys):
+    from compare import cli
+
+    assert cli.main([flag]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} is gone: use {replacement}" in err

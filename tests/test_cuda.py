@@ -46,7 +46,7 @@ def test_iree_compiles_a_cuda_vmfb_without_a_gpu(tmp_path, arch):
 
 
 def test_capability_matrix_explains_itself():
-    proc = run_cli("--list", "--device", "cuda")
+    proc = run_cli("list", "--device", "cuda")
     assert proc.returncode == 0
     for name in ("eager", "inductor", "ort", "tvm", "iree"):
         assert name in proc.stdout

@@ -87,6 +87,9 @@ def test_one_precision_table_names_every_precision_once():
             continue
         precision = PRECISIONS[name]
         assert torch_dtype(name) == getattr(torch, precision.element_type)
+        if name == "tf32":  # a math mode on fp32 tensors: a 10-bit mantissa, fp32's output tolerance
+            assert precision.eps == 2.0**-10 and tolerance_for("float32") == PRECISIONS["fp32"].tolerance
+            continue
         assert torch.finfo(torch_dtype(name)).eps == precision.eps
         assert tolerance_for(str(torch_dtype(name)).removeprefix("torch.")) == precision.tolerance
     assert tolerance_for("int64") == (0.0, 0.0)

@@ -76,6 +76,6 @@ def test_every_run_flag_has_a_resume_rule():
 
     parser = build_parser()
     run = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["run"]
-    flags = {o for a in run._actions for o in a.option_strings if o.startswith("--")}
+    flags = {o for a in run._actions for o in a.option_strings if o.startswith("--") and a.help != "==SUPPRESS=="}
     ruled = set(resume.CHECKED) | set(resume.OVERRIDABLE) | resume.NEUTRAL | set(resume.backend_option_flags())
     assert flags - ruled == {"--output-dir"}  # refused with --resume: the run resumes in its own folder

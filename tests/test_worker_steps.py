@@ -147,9 +147,9 @@ def test_fp32_is_ieee_fp32_for_matmuls_and_cudnn_convolutions():
     (and the matmul precision to 'highest'), and the cell's settings say so."""
     import torch
 
-    from compare.worker.steps import FP32_SETTINGS, strict_fp32
+    from compare.worker.steps import FP32_SETTINGS, float32_math
 
     torch.backends.cudnn.allow_tf32 = True  # PyTorch's default
-    strict_fp32(torch)
+    assert float32_math(torch, "fp32") == FP32_SETTINGS
     assert torch.backends.cudnn.allow_tf32 is False and torch.get_float32_matmul_precision() == "highest"
     assert FP32_SETTINGS == {"float32_matmul_precision": "highest", "cudnn_allow_tf32": False}

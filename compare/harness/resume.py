@@ -15,7 +15,7 @@ CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size
            "--batch": "batches", "--dtype": "dtypes", "--suite": "suite", "--workload-file": "workload_files",
            "--model": "workload_files", "--prompt-len": "prompt_len", "--gen-len": "gen_len",
            "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
-           "--system-malloc": "allocator", "--processes": "processes", "--thread-spin": "thread_spin",
+           "--processes": "processes", "--thread-spin": "thread_spin",
            "--reference-processes": "reference_processes", "--affinity": "affinity",
            "--numerics-draws": "numerics_draws", "--calibration-batches": "calibration_batches",
            "--roofline": "roofline", "--tuning-logs": "cache_root",
@@ -28,7 +28,7 @@ OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "-
                "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",
                "--interleave": "interleave", "--noise-probe": "noise_probe_s", "--ray-address": "ray_address"}
 # Flags that say how to run this command, not what a cell is: always fine.
-NEUTRAL = {"--resume", "--quiet", "--history", "--no-history", "--help", "--list"}
+NEUTRAL = {"--resume", "--quiet", "--history", "--no-history", "--help"}
 
 
 class ResumeRefused(ValueError):

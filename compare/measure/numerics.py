@@ -25,15 +25,21 @@ PRECISIONS = {p.name: p for p in (
     Precision("fp32", "float32", 2.0**-23, (1e-4, 1e-4)),
     Precision("bf16", "bfloat16", 2.0**-7, (1.6e-2, 1e-2)),
     Precision("fp16", "float16", 2.0**-10, (1e-2, 1e-3)),
+    # fp32 tensors, matmuls and convolutions on CUDA tensor cores with a 10-bit mantissa
+    # (--dtype tf32, CUDA only): judged as a reduced precision, against eager at TF32.
+    Precision("tf32", "float32", 2.0**-10, (1e-3, 1e-3)),
 )}
+TF32 = "tf32"
 # int8: static post-training quantization of weights and activations by each backend's own
 # quantizer (compare/measure/accuracy.py); the model and its inputs stay fp32 until then.
 QUANTIZED_DTYPES = ("int8",)
 # Weight-only int8 and int4 (the decode suite): each backend's own recipe quantizes the
 # weights of an fp32 model (adapters/weight_only.py); fp32 eager is the reference.
 WEIGHT_ONLY = {"int8wo": 8, "int4wo": 4}
-DTYPE_NAMES = ("fp32", "bf16", "fp16") + QUANTIZED_DTYPES + tuple(WEIGHT_ONLY)  # what a run can ask for (--dtype)
-_BY_ELEMENT_TYPE = {p.element_type: p for p in PRECISIONS.values()}
+DTYPE_NAMES = ("fp32", "bf16", "fp16", TF32) + QUANTIZED_DTYPES + tuple(WEIGHT_ONLY)  # what a run can ask for (--dtype)
+# An output's element type names its tolerance; a float32 output is fp32's (TF32 is a math
+# mode, not an element type).
+_BY_ELEMENT_TYPE = {p.element_type: p for p in PRECISIONS.values() if p.name != TF32}
 
 
 # Reduced precision: a backend passes when its error against float64 is at most this

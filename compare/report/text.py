@@ -230,16 +230,36 @@ def conditions_line(results: RunResults) -> str:
             f"scenario {scenario_text(cfg)}{server_conditions(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
-            f"{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
+            f"{precision_text(results)}{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
+
+
+def precision_text(results: RunResults) -> str:
+    """How the run's float precisions were computed where the hardware decides: strict fp32 or
+    TF32 on CUDA, native or emulated bf16 on a CPU."""
+    cfg = results.config
+    dtypes = cfg.get("dtypes") or ["fp32"]
+    parts = []
+    if cfg.get("device") == "cuda":
+        if "fp32" in dtypes:
+            parts.append("fp32 is IEEE fp32 (matmul precision highest, cuDNN TF32 off, ORT use_tf32 0)")
+        if "tf32" in dtypes:
+            parts.append("tf32: fp32 tensors, TF32 tensor cores for matmuls and convolutions")
+    elif "bf16" in dtypes:
+        native = sorted(set(results.environment.get("cpu_flags") or []) & {"avx512_bf16", "amx_bf16"})
+        parts.append(f"bf16 native ({', '.join(native)})" if native
+                     else "bf16 emulated: this CPU has no AVX512-BF16 or AMX instructions")
+    return "".join(f"; {part}" for part in parts)
 
 
 def preset_text(cfg: dict[str, Any]) -> str:
     """What the suite set where the command line did not (compare.config.SUITE_DEFAULTS)."""
-    preset = cfg.get("preset") or {}
+    preset = dict(cfg.get("preset") or {})
+    size = preset.pop("size", None)
+    device = f"; --device {cfg.get('device')} set size {size}" if size else ""
     if not preset:
-        return ""
+        return device
     said = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in preset.items())
-    return f"; --suite {cfg.get('suite')} set {said}"
+    return f"; --suite {cfg.get('suite')} set {said}{device}"
 
 
 def scenario_text(cfg: dict[str, Any]) -> str:
@@ -383,8 +403,9 @@ def _decode_tokens(decode: dict[str, Any]) -> str:
     accuracy = decode.get("accuracy_vs_fp32")
     if accuracy:  # weight-only: read on fp32 eager's sequence
         kl = accuracy.get("mean_kl")
+        weights = "trained" if str(accuracy.get("note", "")).startswith("trained") else "random"
         return (f"vs fp32 eager: top-1 {accuracy['top1_agreement']:.0%}, mean KL "
-                f"{'-' if kl is None else f'{kl:.3g}'} (random weights)")
+                f"{'-' if kl is None else f'{kl:.3g}'} ({weights} weights)")
     if decode.get("token_ids_agree"):
         return "agree"
     return f"differ from token {decode.get('first_divergent_step')}"

@@ -29,7 +29,7 @@ from typing import Any
 
 from compare.measure import memory
 from compare.measure.cpus import parse_cpu_list
-from compare.measure.numerics import QUANTIZED_DTYPES, WEIGHT_ONLY, torch_dtype
+from compare.measure.numerics import QUANTIZED_DTYPES, TF32, WEIGHT_ONLY, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
 from workloads.zoo import guard_torchvision
@@ -167,6 +167,7 @@ def prepare_worker(spec: CellSpec):
         options=backend.typed_options(spec.options),
         seed=spec.seed,
         scenario=scenario_of(spec),
+        tf32=spec.dtype == TF32,
         on_phase=lambda name: emit(phase=name),
     )
     # Before torch is imported: cache folders and thread pools read the environment once.
@@ -179,18 +180,31 @@ def prepare_worker(spec: CellSpec):
         importlib.import_module(name)
     torch_import_s = time.perf_counter() - start
     torch.set_num_threads(spec.threads)
-    strict_fp32(torch)
+    float32_math(torch, spec.dtype)
     return backend, ctx, torch_import_s
 
 
 # fp32 is IEEE fp32 on every device: matmuls at "highest", and cuDNN's convolutions without
 # TF32, which PyTorch turns on by default (an H200 run's fp32 conv missed atol 1e-4 by 6x).
+# --dtype tf32 asks for TF32 on both, as PyTorch's own "high" precision does for matmuls.
 FP32_SETTINGS = {"float32_matmul_precision": "highest", "cudnn_allow_tf32": False}
+TF32_SETTINGS = {"float32_matmul_precision": "high", "cudnn_allow_tf32": True}
 
 
-def strict_fp32(torch) -> None:
-    torch.set_float32_matmul_precision(FP32_SETTINGS["float32_matmul_precision"])
-    torch.backends.cudnn.allow_tf32 = FP32_SETTINGS["cudnn_allow_tf32"]
+def float32_math(torch, dtype: str) -> dict:
+    """Set how torch computes fp32 matmuls and convolutions in this worker; returns what it set."""
+    settings = TF32_SETTINGS if dtype == TF32 else FP32_SETTINGS
+    torch.set_float32_matmul_precision(settings["float32_matmul_precision"])
+    torch.backends.cudnn.allow_tf32 = settings["cudnn_allow_tf32"]
+    return settings
+
+
+def refuse_tf32(spec: CellSpec, backend) -> None:
+    """A --dtype tf32 cell of a backend without TF32 math would only repeat its fp32 cell."""
+    if spec.dtype == TF32 and not backend.tf32_math:
+        from adapters import BackendUnavailable
+
+        raise BackendUnavailable(f"{spec.backend} has no TF32 math mode: its fp32 cell is what it runs")
 
 
 def scenario_of(spec: CellSpec) -> str:
@@ -712,6 +726,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         from adapters import BackendUnavailable
 
         raise BackendUnavailable(f"{spec.backend} has no {spec.dtype} path: {missing}")
+    refuse_tf32(spec, backend)
     emit(phase="setup")
     setup = CellSetup.build(spec)
     emit(phase="import")
