@@ -261,6 +261,7 @@ def test_next_token_accuracy_of_known_logits():
     kl = float((p * (p.log() - torch.log_softmax(flipped[1].double(), -1))).sum())
     assert got["top1_agreement"] == 0.5 and got["mean_kl"] == pytest.approx(kl / 2) and got["max_kl"] == pytest.approx(kl)
     assert "random weights" in got["note"]
+    assert next_token_accuracy(flipped, ref, weights="/models/smollm2")["note"] == "trained weights from /models/smollm2"
 
 
 @pytest.mark.unit

@@ -93,6 +93,64 @@ def test_a_local_folder_loads_its_own_weights(tmp_path):
     assert "its weights" in built["description"]
 
 
+@pytest.mark.unit
+def test_a_users_causal_lm_generates_with_suite_llm_and_runs_its_forward_otherwise(tmp_path):
+    """hf:DIR of a Llama, Qwen2 or Gemma 3 causal LM is also a decode workload (NAME_decode),
+    its folder's weights named when it has them; --suite llm runs that, otherwise the forward."""
+    import shutil
+
+    from workloads import resolve_workloads
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(TINY_LLAMA, mine / "config.json")
+    spec = f"hf:{mine}"
+
+    def mine_decode():
+        picked = resolve_workloads(None, [spec], "llm")  # beside the suite's own decoders
+        assert "llama_decode" in [w.name for w in picked]
+        (decode,) = [w for w in picked if w.source == spec]
+        return decode
+
+    decode = mine_decode()
+    assert decode.name == "mine_decode" and decode.source == spec and list(decode.sizes) == ["default"]
+    assert decode.params("default")["weights"] is None and "its own weights" not in decode.description
+    assert [w.name for w in resolve_workloads(None, [spec], "none")] == ["mine"]
+    (mine / "model.safetensors").write_bytes(b"")  # named, not read, when the workload is planned
+    decode = mine_decode()
+    assert decode.params("default")["weights"] == str(mine) and "its own weights" in decode.description
+    encoder = tmp_path / "enc"
+    encoder.mkdir()
+    (encoder / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"],
+                                                           "vocab_size": 100}))
+    with pytest.raises(WorkloadError, match="decode suite"):
+        resolve_workloads(None, [f"hf:{encoder}"], "llm")
+    assert "llama_decode" in [w.name for w in resolve_workloads(None, ["hf:llama"], "llm")]  # a zoo entry: the suite's own
+
+
+@needs_zoo
+@pytest.mark.slow
+def test_a_users_trained_weights_are_read_by_weight_only_accuracy(tmp_path):
+    """--suite llm --model hf:DIR: the folder's own weights generate, and a weight-only cell's
+    accuracy against fp32 eager says they are trained, not random."""
+    code = ("import sys, torch, transformers\n"
+            "from workloads.zoo.build import import_torchvision\nimport_torchvision()\n"
+            "config = transformers.AutoConfig.from_pretrained(sys.argv[1])\n"
+            "torch.manual_seed(7)\ntransformers.LlamaForCausalLM(config).save_pretrained(sys.argv[2])\n")
+    subprocess.run([sys.executable, "-c", code, str(TINY_LLAMA.parent), str(tmp_path / "mine")], check=True,
+                   cwd=ROOT, timeout=300)
+    proc = run_cli("--suite", "llm", "--workloads", "mine_decode", "--model", f"hf:{tmp_path / 'mine'}",
+                   "--dtype", "int8wo", "--backends", "ort", "--prompt-len", "8", "--gen-len", "8", *FAST,
+                   "--output-dir", tmp_path / "run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = {c["backend"]: c for c in load_results(tmp_path / "run")["cells"]}
+    for backend in ("eager", "ort"):
+        accuracy = cells[backend]["decode"]["accuracy_vs_fp32"]
+        assert accuracy["note"] == f"trained weights from {tmp_path / 'mine'}", backend
+        assert 0 <= accuracy["top1_agreement"] <= 1 and accuracy["mean_kl"] >= 0
+    assert "(trained weights)" in (tmp_path / "run" / "summary.md").read_text()
+
+
 def test_a_saved_export_program_runs_through_a_torch_backend(tmp_path):
     code = ("import sys, torch\n"
             "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"

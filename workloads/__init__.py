@@ -117,10 +117,20 @@ def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] =
     """Built-ins plus those from ``files`` (workload files and ``--model`` specs); ``names``
     picks (in order) from every built-in, None = the ``suite``'s built-ins and every workload
     in ``files``."""
+    from .llm import LLM_TAG
+    from .zoo.intake import is_model_spec
+
     available = builtin_names_unique()
     from_files: dict[str, Workload] = {}
     for file in files:
-        for w in load_workload_source(file):
+        loaded = load_workload_source(file)
+        if names is None and is_model_spec(str(file)):
+            # A --model spec runs as a forward, or with --suite llm as a generation.
+            loaded = [w for w in loaded if (LLM_TAG in w.tags) == (suite == "llm")]
+            if not loaded:
+                raise WorkloadError(f"--model {file}: the decode suite (--suite llm) generates with transformers "
+                                    "Llama, Qwen2 and Gemma 3 causal LMs (hf:DIR or hf:config.json)")
+        for w in loaded:
             from_files[w.name] = w
     available.update(from_files)  # a user file may override a built-in on purpose
     if names is None:

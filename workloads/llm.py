@@ -64,33 +64,44 @@ HF_DECODERS = {"llama_decode": "llama", "qwen2_decode": "qwen2", "gemma3_decode"
 HF_LENGTHS = {"small": (8, 8), "default": (128, 128)}
 
 
-def _hf_sizes(zoo_name: str, entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+# The model types whose cache the decode suite's wrapper (nets/hf_decoder.py) is tested on.
+DECODE_MODEL_TYPES = ("llama", "qwen2", "gemma3_text")
+
+
+def _hf_sizes(origin: str, entry: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     from .zoo import sized_config
 
     sizes = {}
-    for size, (prompt, new_tokens) in HF_LENGTHS.items():
+    for size in names:
+        prompt, new_tokens = HF_LENGTHS[size]
         config = sized_config(entry, size)
-        sizes[size] = {"origin": f"zoo:{zoo_name}", "size": size, "batch": 1, "prompt": prompt,
+        sizes[size] = {"origin": origin, "size": size, "batch": 1, "prompt": prompt, "weights": entry.get("weights"),
                        "new_tokens": new_tokens, "max_len": prompt + new_tokens, "vocab": int(config["vocab_size"]),
                        "positions": config.get("max_position_embeddings") or config.get("n_positions")}
     return sizes
 
 
-def hf_decode_workload(name: str, zoo_name: str) -> Workload:
-    from .zoo import load_entry
-
-    entry = load_entry(zoo_name)
+def decode_workload(name: str, entry: dict[str, Any], origin: str, sizes: tuple[str, ...]) -> Workload:
+    """A causal LM's greedy generation (``origin``: ``zoo:<name>``, or a user's ``hf:`` spec,
+    whose folder's own weights are used when it has them)."""
+    weights = " (its own weights)" if entry.get("weights") else ""
     return Workload(
         name=name,
-        description=f"{entry['title']}: greedy generation with a static KV cache (transformers' own model, its "
-                    f"cache as explicit tensors); prefill (pp) and decode (tg) tokens/s",
-        sizes=_hf_sizes(zoo_name, entry),
+        description=f"{entry['title']}{weights}: greedy generation with a static KV cache (transformers' own model, "
+                    f"its cache as explicit tensors); prefill (pp) and decode (tg) tokens/s",
+        sizes=_hf_sizes(origin, entry, sizes),
         build=lazy("zoo.build", "hf_decoder"),
         inputs=_prompt,
         tags=("llm", LLM_TAG),
-        source=f"zoo:{zoo_name}",
+        source=origin,
         batch_param="batch",
     )
+
+
+def hf_decode_workload(name: str, zoo_name: str) -> Workload:
+    from .zoo import load_entry
+
+    return decode_workload(name, load_entry(zoo_name), f"zoo:{zoo_name}", tuple(HF_LENGTHS))
 
 
 def real_decoders() -> list[Workload]:

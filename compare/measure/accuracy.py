@@ -95,11 +95,12 @@ RANDOM_WEIGHTS_NOTE = ("random weights: no trained outliers, so quantization err
                        "model's")
 
 
-def next_token_accuracy(logits: Sequence[Any], reference: Sequence[Any]) -> dict[str, Any]:
+def next_token_accuracy(logits: Sequence[Any], reference: Sequence[Any], weights: str | None = None) -> dict[str, Any]:
     """A quantized decoder against fp32 eager, fed the same tokens at every step (eager's
     greedy ones): the share of steps whose top-1 next token agrees, and the mean and worst
     KL divergence KL(fp32 || quantized) of the next-token distributions, as llama.cpp's
-    perplexity tool reports them. In float64."""
+    perplexity tool reports them. In float64. ``weights``: the folder of a trained model's
+    weights, else the model's are random (and the note says what that means)."""
     import torch
 
     agree, kls = [], []
@@ -112,4 +113,4 @@ def next_token_accuracy(logits: Sequence[Any], reference: Sequence[Any]) -> dict
     return {"top1_agreement": sum(agree) / len(agree) if agree else None,
             "mean_kl": sum(kls) / len(kls) if kls and finite else None,
             "max_kl": max(kls) if kls and finite else None, "steps": len(agree), "finite": finite,
-            "note": RANDOM_WEIGHTS_NOTE}
+            "note": f"trained weights from {weights}" if weights else RANDOM_WEIGHTS_NOTE}

@@ -175,7 +175,7 @@ def check_tokens(pair: DecodePair, reference: DecodePair, setup: DecodeSetup,
         from compare.measure.accuracy import next_token_accuracy
 
         forced = generate(pair, setup.prompt, setup.new_tokens, keep_logits=True, forced=expected.tokens)
-        accuracy = next_token_accuracy(forced.logits, expected.logits)
+        accuracy = next_token_accuracy(forced.logits, expected.logits, setup.params.get("weights"))
     error = None
     if diverged is not None and not weight_only:
         error = f"generated token ids differ from eager's from new token {diverged} (of {setup.new_tokens})"
@@ -235,6 +235,7 @@ def measure(spec: CellSpec, backend, ctx, torch_import_s: float) -> protocol.Cel
         raise BackendUnavailable(f"the LLM decode suite has no {spec.dtype} path (its quantizers take one module "
                                  "with one set of calibration inputs, not a prefill and a decode step); weight-only "
                                  "int8 and int4 are --dtype int8wo and int4wo")
+    steps.refuse_tf32(spec, backend)
     bits = WEIGHT_ONLY.get(spec.dtype)
     recipe = None if bits is None else backend.weight_only_recipe(bits)
     if bits is not None and recipe is None:

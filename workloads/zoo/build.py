@@ -85,9 +85,12 @@ def hf_decoder(params: Mapping[str, Any]) -> nn.Module:
     """A decode-suite workload's model (workloads/llm.py): the entry's causal LM with its
     prefill and decode-step modules over a static cache of ``max_len`` slots."""
     from ..nets.hf_decoder import HFDecoder
+    from .intake import spec_entry
 
     offline_imports()
-    return HFDecoder(hf_model(load_entry(params["origin"][4:]), params["size"]).eval(), int(params["max_len"]))
+    origin = params["origin"]
+    entry = load_entry(origin[4:]) if origin.startswith("zoo:") else spec_entry(origin)
+    return HFDecoder(hf_model(entry, params["size"]).eval(), int(params["max_len"]))
 
 
 def hf_model(entry: Mapping[str, Any], size: str) -> nn.Module:

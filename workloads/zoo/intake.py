@@ -43,7 +43,20 @@ def spec_workloads(spec: str) -> list[Workload]:
         return [onnx_workload(spec, Path(rest).expanduser())]
     if kind == "pt2":
         return [pt2_workload(spec, Path(rest))]
-    return [entry_workload(entry, spec, sizes=sizes_of(entry, spec)) for entry in [spec_entry(spec)]]
+    entry = spec_entry(spec)
+    return [entry_workload(entry, spec, sizes=sizes_of(entry, spec)), *decode_workloads(entry, spec)]
+
+
+def decode_workloads(entry: dict[str, Any], spec: str) -> list[Workload]:
+    """A user's causal LM of a type the decode suite takes also generates (``NAME_decode``,
+    run by ``--suite llm``), with the folder's own weights when it has them."""
+    from ..llm import DECODE_MODEL_TYPES, HF_DECODERS, decode_workload, hf_decode_workload
+
+    if spec.startswith("hf:") and spec[3:] in entry_names():  # a zoo entry: the decode suite's own, if it has one
+        return [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == spec[3:]]
+    if entry.get("family") != "decoder" or entry.get("config", {}).get("model_type") not in DECODE_MODEL_TYPES:
+        return []
+    return [decode_workload(f"{entry['name']}_decode", entry, spec, sizes_of(entry, spec))]
 
 
 def sizes_of(entry: dict[str, Any], spec: str) -> tuple[str, ...]:
