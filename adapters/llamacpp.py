@@ -28,9 +28,11 @@ from .base import Backend, BackendOptions, BackendUnavailable, CompileContext, C
 ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2"}
 PERMUTED = {"LLAMA"}
 # --dtype -> (the file llama.cpp runs, the KV cache type): the cache follows the activations.
-FILE_TYPES = {"fp32": ("F32", "F32"), "fp16": ("F16", "F16"), "int8wo": ("Q8_0", "F32"), "int4wo": ("Q4_0", "F32")}
+FILE_TYPES = {"fp32": ("F32", "F32"), "fp16": ("F16", "F16"), "bf16": ("BF16", "BF16"), "int8wo": ("Q8_0", "F32"),
+              "int4wo": ("Q4_0", "F32")}
+FLOAT_FILES = ("F32", "F16", "BF16")  # written by write_gguf; the rest quantized from F32
 QUANTIZED_FTYPES = {"Q8_0": 7, "Q4_0": 2}  # llama_ftype: LLAMA_FTYPE_MOSTLY_Q8_0, _Q4_0
-GGML_TYPES = {"F32": 0, "F16": 1}  # ggml_type for the KV cache
+GGML_TYPES = {"F32": 0, "F16": 1, "BF16": 30}  # ggml_type for the KV cache
 N_BATCH, N_UBATCH = 2048, 512  # llama-bench's defaults
 
 
@@ -45,7 +47,7 @@ def dtype_name(ctx: CompileContext, module: Any) -> str:
     if ctx.weight_bits is not None:
         return {8: "int8wo", 4: "int4wo"}[ctx.weight_bits]
     weight = next(module.parameters())
-    return {"float32": "fp32", "float16": "fp16"}.get(str(weight.dtype).removeprefix("torch."), "other")
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(weight.dtype).removeprefix("torch."), "other")
 
 
 def permute_rotary(weight, heads: int):
@@ -55,7 +57,7 @@ def permute_rotary(weight, heads: int):
 
 
 def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
-    """The transformers model's weights as a GGUF llama.cpp loads (F32 or F16); what it wrote."""
+    """The transformers model's weights as a GGUF llama.cpp loads (F32, F16 or BF16); what it wrote."""
     import gguf
     import numpy as np
 
@@ -79,7 +81,8 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
     writer.add_rope_freq_base(float(rope_theta(config)))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if file_type == "F32" else gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
+                          "BF16": gguf.LlamaFileType.MOSTLY_BF16}[file_type])
     writer.add_tokenizer_model("none")
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     tied = bool(getattr(config, "tie_word_embeddings", False))
@@ -96,7 +99,13 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
         elif arch_name in PERMUTED and name.endswith("k_proj.weight"):
             data = permute_rotary(data, kv_heads)
         # 1-D tensors (norms, biases) stay F32, as convert_hf_to_gguf keeps them
-        writer.add_tensor(target, data.astype(np.float16) if file_type == "F16" and data.ndim > 1 else data)
+        if file_type == "F16" and data.ndim > 1:
+            writer.add_tensor(target, data.astype(np.float16))
+        elif file_type == "BF16" and data.ndim > 1:  # bf16 bits, as convert_hf_to_gguf writes them
+            bf16 = gguf.GGMLQuantizationType.BF16
+            writer.add_tensor(target, gguf.quants.quantize(data, bf16), raw_dtype=bf16)
+        else:
+            writer.add_tensor(target, data)
         written += 1
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -231,9 +240,10 @@ class LlamaCppBackend(Backend):
         if dtype not in FILE_TYPES:
             raise BackendUnavailable(f"dlcompare writes llama.cpp files at {', '.join(FILE_TYPES)}, not {dtype}")
         file_type, kv_type = FILE_TYPES[dtype]
-        source = ctx.work_dir / f"model.{'f16' if file_type == 'F16' else 'f32'}.gguf"
+        written = file_type if file_type in FLOAT_FILES else "F32"
+        source = ctx.work_dir / f"model.{written.lower()}.gguf"
         with ctx.phase("write_gguf"):
-            ctx.info["gguf"] = write_gguf(decoder.lm, source, "F16" if file_type == "F16" else "F32")
+            ctx.info["gguf"] = write_gguf(decoder.lm, source, written)
         path = source
         if file_type in QUANTIZED_FTYPES:
             path = ctx.work_dir / f"model.{file_type.lower()}.gguf"

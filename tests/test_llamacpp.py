@@ -67,7 +67,7 @@ def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_llama_and_qwen2_generate_eagers_tokens_through_llamacpp(tmp_path, dtype):
     out = tmp_path / "run"
     proc = run_cli("--workloads", "llama_decode,qwen2_decode", "--size", "small", "--dtype", dtype,
@@ -82,7 +82,7 @@ def test_llama_and_qwen2_generate_eagers_tokens_through_llamacpp(tmp_path, dtype
         own = decode["own_timings"]
         assert own["source"] == "llama_perf_context" and own["pp_tokens_per_s"] > 0 and own["tg_tokens_per_s"] > 0
         assert own["generated_tokens"] >= decode["new_tokens"] - 1
-        assert cell["info"]["prefill"]["gguf"]["file_type"] == {"fp32": "F32", "fp16": "F16"}[dtype]
+        assert cell["info"]["prefill"]["gguf"]["file_type"] == {"fp32": "F32", "fp16": "F16", "bf16": "BF16"}[dtype]
         assert {"prefill_write_gguf", "prefill_load"} <= set(cell["compile_phases"])
 
 
