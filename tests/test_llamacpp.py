@@ -67,7 +67,9 @@ def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+# fp16 and bf16 in the slow tier: each is 25 s of the default suite's 15 minutes.
+@pytest.mark.parametrize("dtype", ["fp32", pytest.param("fp16", marks=pytest.mark.slow),
+                                   pytest.param("bf16", marks=pytest.mark.slow)])
 def test_llama_and_qwen2_generate_eagers_tokens_through_llamacpp(tmp_path, dtype):
     out = tmp_path / "run"
     proc = run_cli("--workloads", "llama_decode,qwen2_decode", "--size", "small", "--dtype", dtype,
