@@ -20,6 +20,17 @@ def _small_lm(zoo_name: str):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("option, dtype, on", [("auto", "fp32", False), ("auto", "fp16", True), ("auto", "int4wo", True),
+                                               ("on", "fp32", True), ("off", "bf16", False)])
+def test_flash_attention_is_off_at_fp32_unless_asked(option, dtype, on):
+    """ggml's CPU flash attention does not keep fp32 (measured: tokens part at pp512), so auto
+    leaves it off for fp32 cells and on, as llama-bench does, for the others."""
+    from adapters.llamacpp import flash_attention
+
+    assert flash_attention(option, dtype) is on
+
+
+@pytest.mark.unit
 def test_the_rotary_permutation_interleaves_each_heads_halves():
     """HF's rotate-half rows [x0..x3 | y0..y3] of a head become llama.cpp's pairs (x0, y0, x1, y1, ...)."""
     import numpy as np
