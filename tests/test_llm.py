@@ -244,6 +244,10 @@ def test_a_module_that_fails_to_compile_names_itself_and_keeps_its_kind(tmp_path
         compile_part(Refusing(ValueError("op dump\nno lowering for aten.where")), None, [], ctx, "decode")
     with pytest.raises(BackendUnavailable, match="^prefill: no KV cache here"):
         compile_part(Refusing(BackendUnavailable("no KV cache here")), None, [], ctx, "prefill")
+    with pytest.raises(BackendUnavailable, match="^prefill: Refusing cannot lower this model in bf16: .*Expand"):
+        compile_part(Refusing(RuntimeError("NOT_IMPLEMENTED: no kernel for Expand")), None, [], ctx, "prefill", "bf16")
+    with pytest.raises(RuntimeError, match="^prefill: RuntimeError"):  # fp32: a failure, not a missing feature
+        compile_part(Refusing(RuntimeError("NOT_IMPLEMENTED: no kernel for Expand")), None, [], ctx, "prefill")
 
 
 @pytest.mark.unit

@@ -94,9 +94,11 @@ def part_context(ctx, part: str):
                                info={})
 
 
-def compile_part(backend, module, examples: list, ctx, part: str):
+def compile_part(backend, module, examples: list, ctx, part: str, dtype: str = "fp32"):
     """One module through the backend's ``compile`` and one call (phases as the cell's); a
-    failure names the module and keeps its kind (unavailable, out of memory, failed)."""
+    failure names the module and keeps its kind (unavailable, out of memory, failed). At a
+    reduced float precision a compiler that cannot take the module lacks that support: the
+    cell is unavailable at that dtype (ORT has no bf16 CPU kernel for the prefill's Expand)."""
     from adapters import BackendUnavailable
 
     try:
@@ -113,6 +115,10 @@ def compile_part(backend, module, examples: list, ctx, part: str):
     except MemoryError:
         raise
     except Exception as exc:
+        if dtype in ("bf16", "fp16", "tf32"):
+            refusal = steps.dtype_refusal(exc, dtype, f"{part}: {getattr(backend, 'name', type(backend).__name__)}")
+            if isinstance(refusal, BackendUnavailable):
+                raise refusal from None
         traceback.print_exc()
         raise RuntimeError(f"{part}: {steps.one_line(exc, 360, keep_end=True)}") from None
 
@@ -121,9 +127,10 @@ def compile_both(backend, setup: DecodeSetup, ctx, spec: CellSpec, loaded: dict)
     """Both modules compiled under a peak-memory probe: their results by part, the memory figures."""
     with memory.TreePeak() as peak:
         prefill = compile_part(backend, setup.model.prefill_module(), [setup.prompt], part_context(ctx, "prefill"),
-                               "prefill")
+                               "prefill", spec.dtype)
         examples = setup.decode_examples(prefill.compiled)
-        decode = compile_part(backend, setup.model.decode_module(), examples, part_context(ctx, "decode"), "decode")
+        decode = compile_part(backend, setup.model.decode_module(), examples, part_context(ctx, "decode"), "decode",
+                              spec.dtype)
     results = {"prefill": prefill, "decode": decode}
     memory.trim_heap()
     figures = {"peak_rss_mb": peak.peak_self_mb,

@@ -347,7 +347,7 @@ def compile_step(backend, setup: CellSetup, ctx, spec: CellSpec, loaded: dict):
         try:
             result = backend.compile(setup.model, setup.inputs, ctx)
         except Exception as exc:
-            raise _dtype_refusal(exc, setup.dtype_name, spec.backend) from None
+            raise dtype_refusal(exc, setup.dtype_name, spec.backend) from None
         prepared = result.compiled.prepare(setup.inputs)
         phases = dict(ctx.phases if result.phases is None else result.phases)
         if result.includes_first_call:
@@ -369,7 +369,7 @@ def compile_step(backend, setup: CellSetup, ctx, spec: CellSpec, loaded: dict):
     return result, prepared, outputs, figures
 
 
-def _dtype_refusal(exc: Exception, dtype_name: str, backend: str) -> Exception:
+def dtype_refusal(exc: Exception, dtype_name: str, backend: str) -> Exception:
     """A compiler that cannot lower the model at reduced precision lacks that support (an
     exporter without the dtype, no kernels for it, a frontend that types it wrong): the
     cell is unavailable at this dtype, with the compiler's own words."""
