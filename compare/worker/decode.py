@@ -21,7 +21,7 @@ from typing import Any
 
 from compare.measure import memory
 from compare.measure.generation import DecodePair, Generation, GenerationSampler, call, generate
-from compare.measure.numerics import QUANTIZED_DTYPES, WEIGHT_ONLY, torch_dtype
+from compare.measure.numerics import PRECISIONS, QUANTIZED_DTYPES, WEIGHT_ONLY, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
 from compare.worker import steps
@@ -115,7 +115,7 @@ def compile_part(backend, module, examples: list, ctx, part: str, dtype: str = "
     except MemoryError:
         raise
     except Exception as exc:
-        if dtype in ("bf16", "fp16", "tf32"):
+        if dtype in PRECISIONS:  # a float precision: fp32's failure stays one (dtype_refusal)
             refusal = steps.dtype_refusal(exc, dtype, f"{part}: {getattr(backend, 'name', type(backend).__name__)}")
             if isinstance(refusal, BackendUnavailable):
                 raise refusal from None
