@@ -29,8 +29,8 @@ def cell_spec(run_dir: Path, cell_name: str) -> tuple[CellSpec, str, bool | None
     label, _, backend = cell_name.rpartition("/")
     results = RunResults.load(run_dir)
     cell = next((c for c in results.cells if c.label == label and c.backend == backend), None)
-    if cell is None or backend == "eager":
-        known = ", ".join(f"{c.label}/{c.backend}" for c in results.cells if c.backend != "eager")
+    if cell is None or cell.is_reference:
+        known = ", ".join(f"{c.label}/{c.backend}" for c in results.cells if not c.is_reference)
         raise UsageError(f"no cell {cell_name!r} to bisect in {run_dir} (cells: {known or 'none'})")
     if cell.dtype in QUANTIZED_DTYPES:  # op by op against float64 means nothing for a whole-graph quantizer
         raise UsageError(f"{cell_name}: an {cell.dtype} cell cannot be bisected (its quantizer rewrites the whole "

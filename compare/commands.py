@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
         if paper and not args.skip_dynamic:
             with (RichProgress(console) if not args.quiet else contextlib.nullcontext()) as dyn_progress:
                 runner.progress = dyn_progress or runner.progress
-                runner.run_dynamic(results, [b for b in config.backends if b != "eager"],
+                runner.run_dynamic(results, [b for b in config.backends if b != config.reference],
                                    args.dynamic_sizes, args.dynamic_calls)
     except RunInterrupted:
         finalize_outputs(runner.last_results, config, args, console)

@@ -207,10 +207,11 @@ def _checked_affinity(cpus: list[int] | None) -> list[int] | None:
 
 
 def _checked_backends(names: list[str]) -> list[str]:
-    """Eager first (the reference), then the others, each known and listed once."""
+    """The reference first, then the others, each known and listed once."""
     from adapters import get_backend
+    from compare.results.roles import reference_first
 
-    backends = ["eager"] + [b for b in names if b != "eager"]
+    backends = reference_first(names)
     for b in backends:
         try:
             get_backend(b)

@@ -290,14 +290,15 @@ def test_a_forced_generation_feeds_the_given_tokens():
 @pytest.mark.unit
 def test_weight_only_is_a_dtype_and_its_eager_cell_is_compared_with_fp32_eager():
     from compare import cli
-    from compare.results.derived import fill_speedup, is_reference
+    from compare.results.derived import fill_speedup
 
     config = cli.make_config(cli.parse(["--suite", "llm", "--dtype", "int8wo,int4wo", "--backends", "ort"]))
     assert config.dtypes == ["int8wo", "int4wo"]
     quantized = Cell(workload="llama_decode", backend="eager", status="ok", dtype="int4wo",
                      latency=LatencyStats.from_ms([10.0, 11.0, 10.5, 10.2], 1),
                      eager_latency=LatencyStats.from_ms([20.0, 21.0, 20.5, 20.2], 1))
-    assert not is_reference(quantized) and is_reference(Cell(workload="w", backend="eager", status="ok"))
+    assert quantized.role == "candidate" and not quantized.is_reference
+    assert Cell(workload="w", backend="eager", status="ok").is_reference
     fill_speedup(quantized)
     assert quantized.speedup == pytest.approx(20.35 / 10.35, rel=1e-3) and quantized.speedup_ci is not None
 

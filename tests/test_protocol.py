@@ -20,7 +20,7 @@ from conftest import tiny_spec
 
 pytestmark = pytest.mark.unit
 
-IDENTITY = dict(workload="mlp", backend="ort", size="small", device="cpu", threads=2, batch=None, dtype="fp32")
+IDENTITY = dict(workload="mlp", backend="ort", role="candidate", size="small", device="cpu", threads=2, batch=None, dtype="fp32")
 
 
 def _measurement(**fields):

@@ -12,6 +12,7 @@ from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
 from compare.results import protocol
 from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
+from compare.results.roles import role_of
 from compare.results.schema import Cell, variant_label
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)
@@ -71,6 +72,7 @@ class CellSpecs:
             batch=batch,
             dtype=dtype,
             backend=backend,
+            role=role_of(backend, dtype, cfg.reference),
             device=cfg.device,
             threads=cfg.threads,
             seed=cfg.seed,
@@ -96,8 +98,8 @@ class CellSpecs:
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
         """The cell's identity: ``Cell.from_measurement``'s keywords."""
         cfg = self.config
-        return dict(workload=workload.name, backend=backend, size=cfg.size, device=cfg.device, threads=cfg.threads,
-                    batch=batch, dtype=dtype)
+        return dict(workload=workload.name, backend=backend, role=role_of(backend, dtype, cfg.reference),
+                    size=cfg.size, device=cfg.device, threads=cfg.threads, batch=batch, dtype=dtype)
 
     def cell(self, measurement: CellMeasurement, workload, backend: str, batch: int | None = None,
              dtype: str = "fp32", log: str | None = None) -> Cell:

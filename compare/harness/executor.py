@@ -145,21 +145,22 @@ class LocalExecutor(Executor):
         going = [b for b in group.backends if b in state.specs and all(r.status == "ok" for r in state.runs[b])]
         if not going:
             return
-        members = [b for b in going for _ in range(self._processes_per_round(b, group.backends, rounds))]
         specs = {b: dataclasses.replace(plan.spec(state.specs[b], index), await_compile=index > 0) for b in going}
+        members = [b for b in going for _ in range(self._processes_per_round(specs[b], group.backends, rounds))]
+        reference = next((b for b in going if specs[b].is_reference), None)
         starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]
         max_rounds = specs[going[0]].timing.max_samples  # the same for every cell of the run
-        ended = run_interleaved(starts, members, "eager", self.config.timeout_s, max_rounds,
+        ended = run_interleaved(starts, members, reference, self.config.timeout_s, max_rounds,
                                 on_worker=self._set_worker, concurrent_imports=index > 0)
         for b, result in zip(members, ended):
             if result is not None:
                 state.runs[b].append(result)
 
-    def _processes_per_round(self, backend: str, backends, rounds: int) -> int:
+    def _processes_per_round(self, spec: CellSpec, backends, rounds: int) -> int:
         # The reference runs in several processes even when the cells run in one: each
         # process has an offset of its own (±5 % here), and one offset in the reference
         # would shift every cell's comparison with it. Alone, it is compared with nothing.
-        if backend != "eager" or len(backends) == 1:
+        if not spec.is_reference or len(backends) == 1:
             return 1
         return max(1, -(-self.config.reference_processes // rounds))
 

@@ -86,7 +86,7 @@ def still_turns(member: Member, members: list[Member], max_rounds: int) -> bool:
     return not member.done and member.rounds < max_rounds
 
 
-def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str, timeout_s: float,
+def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str | None, timeout_s: float,
                   on_worker: Callable[[WorkerProcess | None], None] | None, concurrent_imports: bool):
     """Start the workers and wait until each is ready to time. One after another, each
     importing and compiling while the others wait (a cell whose worker failed starts no
@@ -124,12 +124,12 @@ def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], r
     return members, workers
 
 
-def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str,
+def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str | None,
                     timeout_s: float, max_rounds: int,
                     on_worker: Callable[[WorkerProcess | None], None] | None = None,
                     concurrent_imports: bool = False) -> list[CellMeasurement | None]:
     """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
-    each, as a cell may run in several processes; ``reference`` names the eager-only cell)
+    each, as a cell may run in several processes; ``reference`` names the reference-only cell, if any)
     with interleaved timing. Returns each worker's measurement in order, or None for a worker
     not started because an earlier process of its cell failed before timing (a cell that
     hangs must not cost its timeout K times). ``on_worker`` hears of each worker started

@@ -23,6 +23,7 @@ from compare.harness.cells import ALLOCATOR_VARS, CellSpecs, worker_env
 from compare.harness.executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
 from compare.harness.process import last_line
 from compare.results.protocol import DynamicSpec
+from compare.results.roles import REFERENCE_BACKEND, role_of
 from compare.results.schema import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
 
 __all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
@@ -35,8 +36,9 @@ class OutputError(Exception):
 
 @dataclass
 class RunConfig:
-    backends: list[str]  # "eager" first: it is the reference
+    backends: list[str]  # the reference first
     workloads: list[str]
+    reference: str = REFERENCE_BACKEND  # the backend every other is compared with (compare.results.roles)
     size: str = "default"
     device: str = "cpu"
     threads: int = 1
@@ -219,7 +221,8 @@ class Runner:
                     continue
                 self._announce(variant_label(w, batch, dtype), b)
                 self._record(results, Cell(workload=w, backend=b, status="unavailable", error=reason, batch=batch,
-                                           dtype=dtype, size=self.config.size, device=self.config.device,
+                                           dtype=dtype, role=role_of(b, dtype, self.config.reference),
+                                           size=self.config.size, device=self.config.device,
                                            threads=self.config.threads))
             if runnable:
                 groups.append(CellGroup(workloads[w], tuple(runnable), batch, dtype))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.report.backends import backend_class
+from compare.results.roles import REFERENCE
 from compare.results.schema import Cell, RunResults, atomic_write_text
 
 STATUSES = ("pass", "fail_export", "fail_convert", "fail_compile", "fail_accuracy", "timeout", "oom",
@@ -50,10 +51,11 @@ def unsupported_op(error: str) -> str | None:
     return None
 
 
-def classify(cell: Cell, eager: Cell | None) -> tuple[str, str]:
-    """(status, detail): the cell's coverage status and the op, error line or figure behind it."""
-    if cell.backend != "eager" and eager is not None and eager.status != "ok":
-        return "eager_fail", first_line(eager.error)
+def classify(cell: Cell, reference: Cell | None) -> tuple[str, str]:
+    """(status, detail): the cell's coverage status and the op, error line or figure behind it
+    (``eager_fail``: the reference failed, so nothing could be compared with it)."""
+    if not cell.is_reference and reference is not None and reference.status != "ok":
+        return "eager_fail", first_line(reference.error)
     if cell.status == "ok":
         if cell.numerics_ok is False:
             return "fail_accuracy", cell.numerics_error or f"max abs err {cell.max_abs_err}"
@@ -62,7 +64,7 @@ def classify(cell: Cell, eager: Cell | None) -> tuple[str, str]:
         return cell.status, first_line(cell.error)
     if cell.status == "out_of_memory":
         return "oom", first_line(cell.error)
-    if cell.backend == "eager":
+    if cell.is_reference:
         return "eager_fail", first_line(cell.error)
     return failure_status(cell)
 
@@ -107,14 +109,14 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
     """One record per (model, backend): status, detail, speedup [interval], compile s, peak MB."""
     out = []
     for (workload, size, batch, dtype, device), cells in _variants(results).items():
-        eager = cells.get("eager")
+        ref = next((c for c in cells.values() if c.is_reference), None)
         # an ONNX file's reference is onnxruntime, said in the eager cell (adapters/eager.py)
-        reference = (eager.info or {}).get("reference") if eager is not None and isinstance(eager.info, dict) else None
+        reference = (ref.info or {}).get("reference") if ref is not None and isinstance(ref.info, dict) else None
         for backend, cell in cells.items():
-            status, detail = classify(cell, eager)
+            status, detail = classify(cell, ref)
             out.append({"model": workload, "label": cell.label, "size": size, "batch": cell.batch, "dtype": dtype,
                         "device": device, "latency_ms": cell.latency.median if cell.latency else None,
-                        "backend": backend, "status": status, "detail": detail,
+                        "backend": backend, "role": cell.role, "status": status, "detail": detail,
                         "speedup": cell.speedup if status == "pass" else None,
                         "speedup_ci": cell.speedup_ci if status == "pass" else None,
                         "compile_s": cell.compile_s, "peak_mb": cell.peak_rss_mb,
@@ -124,7 +126,7 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
 
 def backend_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per backend: pass rate, and the speedup geomean over the models every backend passed."""
-    backends = list(dict.fromkeys(r["backend"] for r in records if r["backend"] != "eager"))
+    backends = list(dict.fromkeys(r["backend"] for r in records if r["role"] != REFERENCE))
     labels = list(dict.fromkeys(r["label"] for r in records))
     passed_everywhere = [m for m in labels if all(r["status"] == "pass" for r in records if r["label"] == m)]
     rows = []
@@ -142,7 +144,7 @@ def backend_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def cell_text(record: dict[str, Any]) -> str:
     if record["status"] == "pass":
-        if record["backend"] == "eager":
+        if record["role"] == REFERENCE:
             said = [f"{record['eager_ms']:.3g} ms"] * bool(record["eager_ms"]) + [record["reference"]] * bool(record.get("reference"))
             return f"pass ({'; '.join(said)})" if said else "pass"
         ci = record["speedup_ci"]
@@ -157,7 +159,7 @@ def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str
     paths: dict[tuple[str, str], str] = {}
     first: dict[tuple[str, str, str], str] = {}
     for record in records:
-        if record["status"] not in FAILED or record["backend"] == "eager" or record.get("reference"):
+        if record["status"] not in FAILED or record["role"] == REFERENCE or record.get("reference"):
             continue  # the snippets lower a torch module: an ONNX file's failure has the error line alone
         try:
             snippet = getattr(backend_class(record["backend"]), "reproducer", None)
@@ -238,8 +240,8 @@ def write_harness_csvs(results: RunResults, run_dir: str | Path) -> list[Path]:
     import pandas as pd
 
     everything = matrix(results)
-    eager_peak = {r["label"]: r["peak_mb"] for r in everything if r["backend"] == "eager"}
-    records = [r for r in everything if r["backend"] != "eager" and r["status"] != "unavailable"]
+    eager_peak = {r["label"]: r["peak_mb"] for r in everything if r["role"] == REFERENCE}
+    records = [r for r in everything if r["role"] != REFERENCE and r["status"] != "unavailable"]
     suite = results.config.get("suite", "zoo") if results.config.get("suite") == "zoo" else "models"
     folder = Path(run_dir) / "coverage"
     written = []

@@ -75,7 +75,7 @@ def speedup_samples(cell: Cell, seed: int) -> np.ndarray | None:
     """Bootstrap resamples of a cell's speedup over its in-cell eager (paired rounds,
     resampled within each worker process)."""
     ref, cand = cell.eager_latency, cell.latency
-    if cell.backend == "eager" or ref is None or cand is None or len(ref.samples) != len(cand.samples) \
+    if cell.is_reference or ref is None or cand is None or len(ref.samples) != len(cand.samples) \
             or len(ref.samples) < 3:
         return None
     ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, cell.process_samples, seed=seed)
@@ -134,7 +134,7 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
             continue
         ratio, ci, verdict = latency_verdict(old.latency.samples, cell.latency.samples, min_effect)
         compile_ratio, compile_verdict = None, "-"
-        if old.compile_s and cell.compile_s is not None and cell.backend != "eager":
+        if old.compile_s and cell.compile_s is not None and not cell.is_reference:
             compile_ratio = cell.compile_s / old.compile_s
             compile_verdict = ("slower" if compile_ratio > 1 + COMPILE_TOLERANCE
                                else "faster" if compile_ratio < 1 - COMPILE_TOLERANCE else "unchanged")

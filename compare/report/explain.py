@@ -51,7 +51,7 @@ def _top(profile: dict[str, Any], count: int = 3) -> str:
 
 def explain_frame(results: RunResults) -> pd.DataFrame:
     """One row per cell: kernels per call against eager's ops, shares, longest kernels."""
-    eager_ops = {c.label: launches(c.profile) for c in results.cells if c.backend == "eager" and _profiled(c)}
+    eager_ops = {c.label: launches(c.profile) for c in results.cells if c.is_reference and _profiled(c)}
     rows = []
     for cell in results.cells:
         if cell.status != "ok" or cell.profile is None:

@@ -31,6 +31,7 @@ from compare.report.text import (
     summary_rows,
     throughput_rows,
 )
+from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text
 
 
@@ -96,7 +97,7 @@ def _finish_panels(fig, axes, used: int, title: str) -> str:
 
 
 def plot_speedups(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if c.backend != "eager" and _positive(c.speedup)]
+    cells = [c for c in _ok_cells(results) if not c.is_reference and _positive(c.speedup)]
     if not cells:
         return None
     plt = _plt()
@@ -126,7 +127,7 @@ def plot_speedups(results: RunResults) -> str | None:
 
 
 def plot_compile_phases(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if c.backend != "eager" and c.compile_phases]
+    cells = [c for c in _ok_cells(results) if not c.is_reference and c.compile_phases]
     if not cells:
         return None
     plt = _plt()
@@ -196,8 +197,8 @@ def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
     """Eager's and the best backend's latencies for the cell's workload, and the tuned
     build's measured latency at the end of its curve."""
     peers = [c for c in _ok_cells(results) if (c.label, c.size, c.device) == (cell.label, cell.size, cell.device)]
-    eager = next((c for c in peers if c.backend == "eager"), None)
-    others = [c for c in peers if c.backend not in ("eager", cell.backend)]
+    eager = next((c for c in peers if c.is_reference), None)
+    others = [c for c in peers if not c.is_reference and c.backend != cell.backend]
     if eager is not None:
         ax.axhline(eager.latency.median, color="black", linestyle="--", linewidth=0.8, label="eager")
     if others:
@@ -252,7 +253,7 @@ def plot_roofline(results: RunResults) -> str | None:
 
 
 def plot_numerics(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if c.backend != "eager" and isinstance(c.max_abs_err, float)
+    cells = [c for c in _ok_cells(results) if not c.is_reference and isinstance(c.max_abs_err, float)
              and math.isfinite(c.max_abs_err)]
     if not cells:
         return None
@@ -319,7 +320,7 @@ def plot_request_latency(results: RunResults) -> str | None:
     for ax, w in zip(axes, workloads):
         for c in (c for c in cells if c.label == w):
             for stats, style, name in ((c.latency, "-", c.backend), (c.eager_latency, "--", f"eager beside {c.backend}")):
-                if stats is None or (c.backend == "eager" and style == "--"):
+                if stats is None or (c.is_reference and style == "--"):
                     continue
                 ms = np.sort(stats.samples)
                 ax.plot(ms, np.arange(1, ms.size + 1) / ms.size, style, linewidth=1, label=name)
@@ -347,7 +348,7 @@ def plot_throughput(results: RunResults) -> str | None:
         for bar, c, (_, high) in zip(bars, mine, ci):  # above the interval's top, not on it
             ax.annotate(f"{c.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
                         ha="center", va="bottom", fontsize=6, xytext=(0, 3), textcoords="offset points")
-        eager = [c.throughput["eager"]["per_s"] for c in mine if c.backend != "eager"]
+        eager = [c.throughput[REFERENCE_SIDE]["per_s"] for c in mine if not c.is_reference]
         if eager:
             ax.axhline(statistics.median(eager), linestyle="--", linewidth=1, color="grey", label="eager (in-cell)")
             ax.legend(fontsize=6)

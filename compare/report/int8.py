@@ -64,7 +64,7 @@ def int8_rows(results: RunResults) -> list[list[str]]:
                      _seconds((cell.compile_phases or {}).get("quantize")) if ok else "-",
                      _seconds(cell.compile_s) if ok else "-",
                      f"{cell.latency.median:.4g}" if cell.latency else "-",
-                     "(reference)" if cell.backend == "eager" and ok else _ratio(cell.speedup, cell.speedup_ci),
+                     "(reference)" if cell.is_reference and ok else _ratio(cell.speedup, cell.speedup_ci),
                      _ratio(cell.speedup_vs_fp32, cell.speedup_vs_fp32_ci), _break_even(cell),
                      *_accuracy(cell), _ops(cell)])
     return rows

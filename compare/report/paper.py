@@ -38,7 +38,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def paper_markdown(results: RunResults) -> str:
     """paper.md: the protocol, then one section per experiment of the survey."""
     cells = [c for c in results.cells if c.status == "ok"]
-    compiled = [c for c in cells if c.backend != "eager"]
+    compiled = [c for c in cells if not c.is_reference]
     out = _header(results)
     out += _speedup_section(compiled)
     out += _amortization_section(compiled)
@@ -189,13 +189,13 @@ def _fusion_section(cells) -> list[str]:
            "of the minimum traffic per second.", ""]
     chosen = [c for c in cells if c.workload in FUSION_WORKLOADS]
     eager_ops = {c.label: launches(c.profile) for c in chosen
-                 if c.backend == "eager" and c.profile and "kernels" in c.profile}
+                 if c.is_reference and c.profile and "kernels" in c.profile}
     rows = [{"workload": c.label, "backend": c.backend, "kernels per call": round(launches(c.profile), 1),
              "eager ops per call": _fmt(eager_ops.get(c.label), ".0f"),
              "minimum MB": _fmt(c.work["min_bytes"] / 1e6, ".3g") if c.work else "-",
              "achieved GB/s": (_fmt(c.work["min_bytes"] / (c.latency.median * 1e-3) / 1e9, ".3g")
                                if c.work and c.latency else "-"),
-             "speedup": _speedup_cell(c) if c.backend != "eager" else "1.00x"}
+             "speedup": _speedup_cell(c) if not c.is_reference else "1.00x"}
             for c in chosen if c.profile and "kernels" in c.profile]
     if not rows:
         return out + ["(no kernel profiles: run `compare paper --explain` for this part)"]

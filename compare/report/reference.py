@@ -41,7 +41,7 @@ def deviation_frame(runs: dict[str, RunResults]) -> pd.DataFrame:
     rows: dict[tuple, dict[str, Any]] = {}
     for name, results in runs.items():
         for cell in results.cells:
-            if cell.backend == "eager" or cell.reference_deviation is None:
+            if cell.is_reference or cell.reference_deviation is None:
                 continue
             row = rows.setdefault((cell.label, cell.backend), {"workload": cell.label, "backend": cell.backend})
             row[name] = _pct(cell.reference_deviation)
@@ -64,7 +64,7 @@ def positions_frame(runs: dict[str, RunResults]) -> pd.DataFrame:
 
 
 def _alternated(cell: Cell) -> bool:
-    return (cell.backend != "eager" and cell.status == "ok" and cell.latency is not None
+    return (not cell.is_reference and cell.status == "ok" and cell.latency is not None
             and cell.eager_latency is not None and len(cell.latency.samples) >= 5)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import RunResults
 
 SERVER_NOTE = ("Server (MLPerf LoadGen's Server scenario, PerformanceOnly): Poisson arrivals at a target QPS, "
@@ -34,7 +35,7 @@ def server_rows(results: RunResults) -> list[dict[str, Any]]:
         server = cell.server
         if server is None:
             continue
-        eager = server.get("eager") or {}
+        eager = server.get(REFERENCE_SIDE) or {}
         rows.append({"workload": cell.label, "backend": cell.backend,
                      "p99 bound ms": _num(server.get("p99_bound_ms")),
                      "max QPS": _num(server.get("max_qps"), "{:.1f}"),

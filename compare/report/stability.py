@@ -52,7 +52,7 @@ def _half_width(value: float, ci: tuple[float, float]) -> float:
 
 
 def _usable(cell: Cell) -> bool:
-    return (cell.status == "ok" and cell.backend != "eager" and cell.speedup is not None
+    return (cell.status == "ok" and not cell.is_reference and cell.speedup is not None
             and cell.speedup_ci is not None and cell.numerics_ok is not False)
 
 

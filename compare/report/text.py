@@ -15,6 +15,7 @@ from compare.report.int8 import int8_markdown
 from compare.report.offline import BEST_BATCH_NOTE, best_batch_cells, best_batch_rows
 from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
+from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 
 # ----------------------------------------------------------------------------- formatting
@@ -70,7 +71,7 @@ def _calls(value: float) -> str:
 def fmt_break_even(cell: Cell) -> str:
     if cell.status != "ok":
         return "-"
-    if cell.backend == "eager":
+    if cell.is_reference:
         return "(reference)"
     if cell.break_even_calls is None:
         if cell.break_even_note and cell.break_even_note.startswith("unknown"):
@@ -90,7 +91,7 @@ def fmt_reference(cell: Cell) -> str:
     if cell.eager_median_ms is None:
         return "-"
     text = f"{cell.eager_median_ms:.4g}"
-    if cell.backend != "eager" and cell.reference_deviation is not None:
+    if not cell.is_reference and cell.reference_deviation is not None:
         flag = " !" if abs(cell.reference_deviation) > REFERENCE_TOLERANCE else ""
         text += f" ({cell.reference_deviation * 100:+.1f}%{flag})"
     return text
@@ -161,7 +162,7 @@ def geomean_rows(results: RunResults) -> list[dict[str, Any]]:
     group does not empty the common set: it gets its own row saying so."""
     groups: dict[tuple, list[Cell]] = {}
     for cell in results.cells:
-        if cell.backend != "eager":
+        if not cell.is_reference:
             groups.setdefault((cell.batch, cell.dtype), []).append(cell)
     rows = []
     for (batch, dtype), cells in groups.items():
@@ -213,7 +214,7 @@ def isa_line(env: dict[str, Any]) -> str:
 def reference_processes(results: RunResults) -> int:
     """How many processes the eager-only reference ran in, as its cells recorded it (one
     when eager ran alone, K x ceil(reference/K) with --processes K)."""
-    counts = [len(c.process_samples) for c in results.cells if c.backend == "eager" and c.process_samples]
+    counts = [len(c.process_samples) for c in results.cells if c.is_reference and c.process_samples]
     return max(counts, default=results.config.get("reference_processes", 1))
 
 
@@ -357,10 +358,10 @@ def request_rows(results: RunResults) -> list[dict[str, Any]]:
     rows = []
     for cell in results.cells:
         for side, pct in (cell.request_latency_ms or {}).items():
-            if side == "eager" and cell.backend == "eager":
+            if side == REFERENCE_SIDE and cell.is_reference:
                 continue
             rows.append({"workload": cell.label, "backend": cell.backend,
-                         "timed": "in-cell eager" if side == "eager" else cell.backend, "requests": pct["n"],
+                         "timed": "in-cell eager" if side == REFERENCE_SIDE else cell.backend, "requests": pct["n"],
                          **{f"{name} ms": _fmt_ms_or_dash(pct[name]) for name in ("p50", "p90", "p99", "p99.9", "max")},
                          "p99 speedup [95% CI]": _tail_speedup(cell) if side == "backend" else ""})
     return rows
@@ -426,8 +427,8 @@ def decode_rows(results: RunResults) -> list[dict[str, Any]]:
         decode = cell.decode
         if cell.status != "ok" or not decode or "ttft_ms" not in decode:
             continue
-        eager = {f"eager {k}": "-" if cell.backend == "eager" else v
-                 for k, v in _decode_side(decode.get("eager") or {}).items() if k in ("pp t/s", "tg t/s")}
+        eager = {f"eager {k}": "-" if cell.is_reference else v
+                 for k, v in _decode_side(decode.get(REFERENCE_SIDE) or {}).items() if k in ("pp t/s", "tg t/s")}
         rows.append({"workload": cell.label, "backend": cell.backend, **_decode_side(decode), **eager,
                      "pp vs eager": _fmt_rate_speedup(decode.get("pp_speedup")),
                      "tg vs eager": _fmt_rate_speedup(decode.get("tg_speedup")),
@@ -481,7 +482,7 @@ def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
                      "inferences/s": _rate(tp.get("per_s")), "95% CI": f"{_rate(ci[0])}-{_rate(ci[1])}",
                      "samples/s": _rate(tp.get("samples_per_s")), "streams": tp.get("streams"),
                      "in flight": tp.get("requests_in_flight"), "threads/stream": threads or "-",
-                     "eager inferences/s": _rate((tp.get("eager") or {}).get("per_s")),
+                     "eager inferences/s": _rate((tp.get(REFERENCE_SIDE) or {}).get("per_s")),
                      "x eager": f"{cell.speedup:.2f}" if cell.speedup else "-", "how": tp.get("source", "")})
         if best:
             rows[-1]["best batch"] = "best" if id(cell) in best else ""

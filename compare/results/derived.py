@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from compare.measure.numerics import WEIGHT_ONLY
 from compare.measure.roofline import place
 from compare.measure.stats import (
     INTERVAL_TAIL,
@@ -24,6 +23,7 @@ from compare.measure.stats import (
     tail_speedup,
     throughput_interval,
 )
+from compare.results.roles import REFERENCE_BACKEND, REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults
 
 AMORTIZATION_CALLS = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
@@ -72,19 +72,13 @@ def interval_block(cell: Cell) -> int:
     return cell.interval["block_rounds"] if cell.interval else 1
 
 
-def is_reference(cell: Cell) -> bool:
-    """The eager cell that the others are compared with. A weight-only eager cell is not:
-    it runs torchao's recipe, timed against fp32 eager like every other backend's."""
-    return cell.backend == "eager" and cell.dtype not in WEIGHT_ONLY
-
-
 def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median or not math.isfinite(stats.median / ref.median):
         return  # no ratio to draw from a latency that is zero or not a number
     groups = cell.process_samples
     cell.speedup = ref.median / stats.median
-    if is_reference(cell):
+    if cell.is_reference:
         cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
         cell.speedup_ci, cell.break_even_note = None, "reference"
         return
@@ -111,11 +105,11 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
 def fill_request_latency(cell: Cell) -> None:
     """Single-stream: each sample is one request, so its samples are the request latencies;
     the p99 ratio gets an interval as the speedup does."""
-    pairs = {"backend": cell.latency, "eager": cell.eager_latency}
+    pairs = {"backend": cell.latency, REFERENCE_SIDE: cell.eager_latency}
     if all(stats is not None and stats.number == 1 for stats in pairs.values()):
         cell.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
                                    if stats is not None}
-        if cell.backend != "eager" and cell.tail_speedup is None and cell.latency and cell.eager_latency:
+        if not cell.is_reference and cell.tail_speedup is None and cell.latency and cell.eager_latency:
             block = interval_block(cell)
             cell.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.process_samples, block)
 
@@ -172,9 +166,9 @@ def fill_decode(cell: Cell) -> None:
     if decode is None or not samples or cell.latency is None or cell.eager_latency is None:
         return
     decode.update(decode_summary(samples["backend"], cell.latency.median, decode))
-    decode["eager"] = decode_summary(samples["eager"], cell.eager_latency.median, decode)
-    if not is_reference(cell):
-        rates, eager = bench_rates(samples["backend"], decode), bench_rates(samples["eager"], decode)
+    decode[REFERENCE_SIDE] = decode_summary(samples[REFERENCE_SIDE], cell.eager_latency.median, decode)
+    if not cell.is_reference:
+        rates, eager = bench_rates(samples["backend"], decode), bench_rates(samples[REFERENCE_SIDE], decode)
         for name in ("pp", "tg"):
             decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.process_samples)
 
@@ -194,8 +188,8 @@ def fill_throughput(cell: Cell) -> None:
         return {"per_s": per_s, "ci": throughput_interval(stats, cell.process_samples, block),
                 "samples_per_s": per_s * batch if batch else None, **setting}
 
-    eager = side(cell.eager_latency, offline.get("eager") or offline["backend"])
-    cell.throughput = {"batch": batch, **side(cell.latency, offline["backend"]), "eager": eager}
+    eager = side(cell.eager_latency, offline.get(REFERENCE_SIDE) or offline["backend"])
+    cell.throughput = {"batch": batch, **side(cell.latency, offline["backend"]), REFERENCE_SIDE: eager}
 
 
 def fill_speedup_vs_fp32(cell: Cell) -> None:
@@ -223,8 +217,9 @@ def correlation_seconds(results: RunResults) -> float | None:
 
 def fill_derived(results: RunResults) -> None:
     # A weight-only eager cell's latency is torchao's, not fp32 eager's: its in-cell fp32 eager is.
-    eager_only = {c.label: (c.latency if is_reference(c) else c.eager_latency).median for c in results.cells
-                  if c.backend == "eager" and c.status == "ok" and c.latency and c.eager_latency}
+    eager_only = {c.label: (c.latency if c.is_reference else c.eager_latency).median for c in results.cells
+                  if c.backend == results.config.get("reference", REFERENCE_BACKEND) and c.status == "ok"
+                  and c.latency and c.eager_latency}
     ceilings = results.experiments.get("roofline_ceilings")
     correlation_s = correlation_seconds(results)
     per_request = (results.config.get("timing") or {}).get("per_request", False)
@@ -240,7 +235,7 @@ def fill_derived(results: RunResults) -> None:
         cell.eager_only_ms = eager_only.get(cell.label)
         if cell.eager_only_ms and cell.eager_median_ms:
             cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1
-        if not is_reference(cell) and cell.compile_s is not None and cell.eager_median_ms:
+        if not cell.is_reference and cell.compile_s is not None and cell.eager_median_ms:
             paid = paid_seconds(cell)[0]
             cell.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
                                                    cell.latency.median, cell.eager_median_ms)
@@ -254,7 +249,7 @@ def reference_spread(results: RunResults) -> dict | None:
     """How far each in-cell eager median sits from its workload's eager-only median:
     the largest deviation, the median deviation and the cells beyond the tolerance."""
     devs = [(c.reference_deviation, c) for c in results.cells
-            if c.backend != "eager" and c.reference_deviation is not None]
+            if not c.is_reference and c.reference_deviation is not None]
     if not devs:
         return None
     import statistics

@@ -23,6 +23,7 @@ from typing import Any
 from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
 from compare.results.latency import LatencyStats, RecordError, checked_fields
+from compare.results.roles import REFERENCE
 
 EVENT_PREFIX = "@@dlcompare "
 
@@ -90,6 +91,7 @@ class CellSpec:
     harness's choices per worker (interleaving, the process plan, the experiment)."""
     workload: str
     backend: str
+    role: str  # roles.REFERENCE or roles.CANDIDATE
     workload_key: str  # the cache key of the model at this size, batch and dtype
     workload_files: tuple[str, ...]  # user workload files, resolved
     size: str
@@ -119,6 +121,10 @@ class CellSpec:
     server: ServerConfig | None = None  # --scenario server: LoadGen's search after timing (the first process)
     prompt_len: int | None = None  # decode workloads: --prompt-len (None: the workload's own)
     gen_len: int | None = None  # decode workloads: --gen-len
+
+    @property
+    def is_reference(self) -> bool:
+        return self.role == REFERENCE
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -16,10 +16,11 @@ from typing import Any
 from compare.results.files import atomic_write_text
 from compare.results.latency import LatencyStats, RecordError
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
+from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -40,6 +41,7 @@ class Cell:
     backend: str
     status: str  # protocol.STATUSES
     transient: bool = False  # a rerun may end it otherwise (timeout, OOM, killed): --resume reruns it
+    role: str | None = None  # roles.REFERENCE or roles.CANDIDATE; None: from the backend (the default reference)
     size: str = "default"
     device: str = "cpu"
     batch: int | None = None  # --batch value; None: the workload's own batch at this size
@@ -133,6 +135,15 @@ class Cell:
     wall_s: float | None = None  # whole worker(s), spawn to exit
     log: str | None = None  # worker log, relative to the run folder
 
+    def __post_init__(self) -> None:
+        if self.role is None:
+            self.role = role_of(self.backend, self.dtype)
+
+    @property
+    def is_reference(self) -> bool:
+        """The cell every other of its workload is compared with."""
+        return self.role == REFERENCE
+
     @property
     def key(self) -> tuple:
         return (self.workload, self.backend, self.size, self.device, self.batch, self.dtype)
@@ -171,15 +182,18 @@ class Cell:
             raise ResultsError(f"cell {data['workload']}/{data['backend']}: {exc}") from None
         if kwargs["status"] not in STATUSES:
             raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown status {kwargs['status']!r}")
+        if kwargs.get("role") not in (None, *ROLES):
+            raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown role {kwargs['role']!r}")
         return cls(**kwargs)
 
     @classmethod
-    def from_measurement(cls, measurement: CellMeasurement, *, workload: str, backend: str, size: str, device: str,
-                         threads: int | None, batch: int | None, dtype: str, log: str | None = None) -> "Cell":
-        """The cell of what its worker(s) measured, with its identity (the spec's)."""
+    def from_measurement(cls, measurement: CellMeasurement, *, workload: str, backend: str, role: str, size: str,
+                         device: str, threads: int | None, batch: int | None, dtype: str,
+                         log: str | None = None) -> "Cell":
+        """The cell of what its worker(s) measured, with its identity and role (the spec's)."""
         figures = {k: v for k, v in vars(measurement).items() if k not in PROCESS_ONLY}
-        return cls(workload=workload, backend=backend, size=size, device=device, threads=threads, batch=batch,
-                   dtype=dtype, log=log, **figures)
+        return cls(workload=workload, backend=backend, role=role, size=size, device=device, threads=threads,
+                   batch=batch, dtype=dtype, log=log, **figures)
 
 
 @dataclass
@@ -348,7 +362,7 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     row = {f"decode_{name}": decode.get(name) for name in ("prompt_len", "new_tokens", "max_len", "cache",
                                                             "recompiles", "token_ids_agree", "first_divergent_step")}
-    for prefix, side in (("decode", decode), ("decode_eager", decode.get("eager") or {})):
+    for prefix, side in (("decode", decode), ("decode_eager", decode.get(REFERENCE_SIDE) or {})):
         tpot = side.get("tpot_ms") or {}
         row.update({f"{prefix}_ttft_ms": side.get("ttft_ms"), f"{prefix}_tpot_p50_ms": tpot.get("p50"),
                     f"{prefix}_tpot_p99_ms": tpot.get("p99"), f"{prefix}_tokens_per_s": side.get("tokens_per_s")})
@@ -374,7 +388,7 @@ def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
     """results.csv's columns of an offline cell (none for other scenarios)."""
     if not throughput:
         return {}
-    ci, eager = throughput.get("ci") or [None, None], throughput.get("eager") or {}
+    ci, eager = throughput.get("ci") or [None, None], throughput.get(REFERENCE_SIDE) or {}
     return {"throughput_per_s": throughput.get("per_s"), "throughput_ci_low": ci[0], "throughput_ci_high": ci[1],
             "samples_per_s": throughput.get("samples_per_s"), "throughput_batch": throughput.get("batch"),
             "streams": throughput.get("streams"), "requests_in_flight": throughput.get("requests_in_flight"),
@@ -384,7 +398,7 @@ def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
 def server_columns(server: dict[str, Any]) -> dict[str, Any]:
     """--scenario server's CSV columns: the bound, each side's highest QPS within it and the
     p99 there (LoadGen's and dlcompare's own), their ratio, and the LoadGen runs made."""
-    eager = server.get("eager") or {}
+    eager = server.get(REFERENCE_SIDE) or {}
     return {"server_p99_bound_ms": server.get("p99_bound_ms"), "server_max_qps": server.get("max_qps"),
             "server_p99_at_max_ms": server.get("p99_at_max_ms"),
             "server_own_p99_at_max_ms": server.get("own_p99_at_max_ms"),
@@ -417,6 +431,11 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         # v6 -> v7 adds int8's fields (fp32_eager_latency, accuracy, speedup_vs_fp32...), all
         # empty in a file that had no int8 cells: nothing to change but the version
         data = dict(data, schema_version=7, migrated_from=data.get("migrated_from", 6))
+    if data.get("schema_version") == 7:
+        # v7 -> v8: each cell carries its role; the reference then was always eager
+        cells = [dict(c, role=role_of(c["backend"], c.get("dtype", "fp32"))) if isinstance(c, dict) and "backend" in c
+                 else c for c in data.get("cells", [])]
+        data = dict(data, cells=cells, schema_version=8, migrated_from=data.get("migrated_from", 7))
     return data
 
 

@@ -24,6 +24,7 @@ from compare.measure.generation import DecodePair, Generation, GenerationSampler
 from compare.measure.numerics import PRECISIONS, QUANTIZED_DTYPES, WEIGHT_ONLY, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
+from compare.results.roles import REFERENCE_SIDE
 from compare.worker import steps
 
 PARTS = ("prefill", "decode")
@@ -199,7 +200,7 @@ def time_generations(pair: DecodePair, reference: DecodePair, setup: DecodeSetup
     """Eager's and the backend's generations alternately (eager alone in its own cell), in
     one go or in the slices the parent asks for; per-generation statistics and the parts."""
     # Eager alone in its own cell, unless it runs a weight-only recipe: fp32 eager is then its reference.
-    candidates = [pair] if spec.backend == "eager" and spec.dtype not in WEIGHT_ONLY else [reference, pair]
+    candidates = [pair] if spec.is_reference else [reference, pair]
     sampler = GenerationSampler(candidates, setup.prompt, setup.new_tokens, spec.timing)
     if spec.interleave:
         steps.take_slices(sampler)
@@ -208,7 +209,7 @@ def time_generations(pair: DecodePair, reference: DecodePair, setup: DecodeSetup
             sampler.take_rounds(1)
     stats = sampler.stats()
     timed = {"latency": stats[-1], "eager_latency": stats[0], "round_s": sampler.round_s()}
-    return timed, {"backend": sampler.parts_ms(-1), "eager": sampler.parts_ms(0)}
+    return timed, {"backend": sampler.parts_ms(-1), REFERENCE_SIDE: sampler.parts_ms(0)}
 
 
 def dynamo_graphs() -> int:

@@ -32,6 +32,7 @@ from compare.measure.cpus import parse_cpu_list
 from compare.measure.numerics import QUANTIZED_DTYPES, TF32, WEIGHT_ONLY, torch_dtype
 from compare.results import protocol
 from compare.results.protocol import CellSpec
+from compare.results.roles import REFERENCE_SIDE
 from workloads.zoo import guard_torchvision
 
 PHASE = {"last": "start"}  # the phase this worker last announced: where a failure happened
@@ -490,8 +491,8 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
     sides = {"backend": (compiled, prepared)}
     if setup.fp32_model is not None:
         sides = {"fp32_eager": eager_side(setup.fp32_model), **sides}
-    if spec.backend != "eager":
-        sides = {"eager": eager_side(setup.reference_model), **sides}
+    if not spec.is_reference:
+        sides = {REFERENCE_SIDE: eager_side(setup.reference_model), **sides}
     sampler, offline = _sampler(sides, spec)
     if spec.interleave:
         take_slices(sampler)
@@ -499,7 +500,7 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
         while not sampler.done():
             sampler.take_rounds(1)
     stats = dict(zip(sides, sampler.stats()))
-    return {"latency": stats["backend"], "eager_latency": stats.get("eager", stats["backend"]),
+    return {"latency": stats["backend"], "eager_latency": stats.get(REFERENCE_SIDE, stats["backend"]),
             "fp32_eager_latency": stats.get("fp32_eager"), "round_s": sampler.round_s(), "offline": offline}
 
 
@@ -513,7 +514,7 @@ def _sampler(sides: dict[str, tuple[Any, Any]], spec: CellSpec):
         return AlternatingSampler(candidates, spec.timing), None
     timed, settings = {}, {}
     for name, (c, p) in sides.items():
-        timed[name], settings[name] = offline_timed(c, p, own=name == "backend" and spec.backend != "eager",
+        timed[name], settings[name] = offline_timed(c, p, own=name == "backend" and not spec.is_reference,
                                                     spec=spec)
     return AlternatingSampler(list(timed.values()), spec.timing), settings
 
@@ -529,7 +530,7 @@ def offline_timed(compiled, prepared, own: bool, spec: CellSpec):
 
     pool = compiled.stream_pool(prepared) if own else None
     if pool is None:
-        why = (f"no multi-stream mode in dlcompare for {spec.backend}" if own or spec.backend == "eager"
+        why = (f"no multi-stream mode in dlcompare for {spec.backend}" if own or spec.is_reference
                else "the eager reference: back to back on all threads")
         pool = BackToBackPool(compiled, prepared, why, spec.threads)
     setting = pool.setting()
@@ -576,11 +577,11 @@ def serve_under_loadgen(compiled, prepared, setup: CellSetup, spec: CellSpec, ti
 
     emit(phase="server")
     eager_ms = timed["eager_latency"].median
-    sides = [served(spec.backend if spec.backend == "eager" else "backend", compiled.run, prepared,
+    sides = [served(spec.backend if spec.is_reference else "backend", compiled.run, prepared,
                     compiled.synchronize, timed["latency"].median)]
-    if spec.backend != "eager":
+    if not spec.is_reference:
         eager = TorchCompiled(setup.reference_model, spec.device)
-        sides.append(served("eager", eager.run, eager.prepare(setup.inputs), eager.synchronize, eager_ms))
+        sides.append(served(REFERENCE_SIDE, eager.run, eager.prepare(setup.inputs), eager.synchronize, eager_ms))
     out_dir = Path(spec.work_dir or ".") / "loadgen"
     return measure_server(sides, eager_ms, spec.server, out_dir,
                           on_run=lambda side, run: emit(phase=f"server {side} {run['target_qps']:.4g} qps"))
