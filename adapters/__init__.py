@@ -12,11 +12,23 @@ import importlib
 import importlib.metadata
 import inspect
 import pkgutil
+from typing import Any
 
-from .base import Backend, BackendOptions, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, flatten_outputs
+from .base import (
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    CacheVerdict,
+    CommandUsage,
+    CompileContext,
+    Compiled,
+    CompileResult,
+    flatten_outputs,
+)
 
-__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "Compiled", "CompileContext",
-           "CompileResult", "backend_classes", "backend_names", "flatten_outputs", "get_backend", "split_variant"]
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "CommandUsage", "Compiled",
+           "CompileContext", "CompileResult", "backend_classes", "backend_names", "backend_subcommands",
+           "flatten_outputs", "get_backend", "split_variant"]
 
 ENTRY_POINT_GROUP = "dlcompare.backends"
 
@@ -59,6 +71,16 @@ def backend_classes() -> dict[str, type[Backend]]:
 
 def backend_names() -> list[str]:
     return list(backend_classes())
+
+
+def backend_subcommands() -> dict[str, Any]:
+    """The subcommands backends bring (``Backend.subcommand``), by name: each module once."""
+    modules = dict.fromkeys(cls.subcommand for cls in backend_classes().values() if cls.subcommand)
+    found: dict[str, Any] = {}
+    for name in modules:
+        module = importlib.import_module(name)
+        found[module.NAME] = module
+    return found
 
 
 def split_variant(name: str) -> tuple[str, dict[str, str]]:

@@ -23,6 +23,10 @@ class BackendUnavailable(RuntimeError):
     """Raised by an adapter when it cannot run here (missing package, no device)."""
 
 
+class CommandUsage(ValueError):
+    """A backend's subcommand was called wrongly: the CLI prints the message as one line, exit 2."""
+
+
 def option(default: Any, help: str, flag: str | None = None, choices: Sequence[str] | None = None,
            kind: str = "value", metavar: str | None = None) -> Any:
     """A backend option. With a ``flag`` the CLI offers it (``--flag``); ``kind`` is
@@ -298,6 +302,10 @@ class Backend(ABC):
     # lower ``model`` (an nn.Module in eval mode) on ``inputs`` (a list of tensors) with this
     # backend alone, as its own API is called, and run it once; None: no reproducer.
     reproducer: str | None = None
+    # A subcommand the backend brings to ``python -m compare`` (TVM: ``tuning-logs``): the
+    # module's ``NAME``, ``add_parser(subparsers)`` and ``run(args, console)``; it raises
+    # ``CommandUsage`` for a wrong call. None: none.
+    subcommand: str | None = None
     # ``--model onnx:PATH``: how this backend takes an ONNX file (the module's ``onnx_path``);
     # None: it lowers torch programs only, and an ONNX workload is unavailable to it.
     onnx_frontend: str | None = None

@@ -12,15 +12,16 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from compare.commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command
+from adapters import CommandUsage, backend_subcommands
+from compare.commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command, wide_console
 from compare.config import UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
 
 EXIT_USAGE = 2
 EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
 DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
 DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
-SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "tuning-logs", "reference", "noise",
-               "explain", "crosscheck", "bisect", "stability", "system")
+SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "reference", "noise",
+               "explain", "crosscheck", "bisect", "stability", "system")  # and those backends bring (Backend.subcommand)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -343,9 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     his.add_argument("--workload")
     his.add_argument("--backend")
 
-    from compare import tuning_logs
-
-    tuning_logs.add_parser(sub)
+    for command in backend_subcommands().values():
+        command.add_parser(sub)
 
     stab = sub.add_parser("stability", help="how well two runs of the same plan agree: does each speedup lie "
                           "inside the other run's 95%% interval")
@@ -363,10 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommands() -> tuple[str, ...]:
+    """Every subcommand: the project's and those the backends bring."""
+    return (*SUBCOMMANDS, *backend_subcommands())
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     argv = list(argv)
     # The bare form is "run": python -m compare --backends inductor,ort
-    if not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help"):
+    if not argv or argv[0] not in (*subcommands(), "-h", "--help"):
         argv = ["run"] + argv
     args = build_parser().parse_args(argv)
     args.explicit = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--")}
@@ -377,13 +382,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from adapters.base import BackendUnavailable  # noqa: F401  (import check: fail early if broken)
     from compare.harness.runner import OutputError
     from compare.results.schema import ResultsError
-    from compare.tuning_logs import TuningLogsUsage
     from workloads import WorkloadError
 
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
+        if command := backend_subcommands().get(args.command):
+            return command.run(args, wide_console())
         return COMMANDS.get(args.command, cmd_run)(args)
-    except (UsageError, WorkloadError, ResultsError, TuningLogsUsage) as exc:
+    except (UsageError, WorkloadError, ResultsError, CommandUsage) as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OutputError as exc:
@@ -402,7 +408,6 @@ COMMANDS = {
     "system": module_command("experiments.system"),
     "bisect": module_command("bisect"),
     "history": cmd_history,
-    "tuning-logs": module_command("tuning_logs"),
     "noise": module_command("experiments.noise", "seconds"),
     "overhead": module_command("experiments.overhead", "repeats"),
     "list": lambda args: cmd_list(args),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from compare.cli import SUBCOMMANDS
+from compare.cli import subcommands
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -17,7 +17,7 @@ FAST = ["--time-budget", "0.2", "--min-samples", "3", "--reference-processes", "
 # A run in a test has one process per cell and no noise probe unless the test asks for
 # them (the default is 3 processes and a probe of 3 s before and after the cells).
 TEST_RUN_DEFAULTS = {"--processes": "1", "--noise-probe": "0"}
-OTHER_SUBCOMMANDS = tuple(c for c in SUBCOMMANDS if c != "run")
+OTHER_SUBCOMMANDS = tuple(c for c in subcommands() if c != "run")
 
 
 def with_test_defaults(args) -> list[str]:

@@ -24,12 +24,16 @@ HEAVY = ("torch", "tvm", "onnxruntime", "iree", "openvino")  # the bare "iree" n
 
 # From the bottom. A module may import its own layer and those below it, never above.
 LAYERS = (
-    ("compare.measure", "compare.results"),  # plain data and pure functions
+    ("compare.measure",),  # how to time and judge: samplers, statistics, numerics, counting work
+    ("compare.results",),  # the records: protocol, schema, roles, derived figures
     ("adapters", "workloads"),  # how to lower and run one backend; what is run
-    ("compare.worker", "compare.experiments"),  # the worker side: one cell, one experiment
+    ("compare.worker",),  # the worker side: one cell
+    ("compare.experiments",),  # one experiment, on the worker's setup
     ("compare.harness",),  # the parent: plans, runs workers, records
     ("compare.report",),  # reads results, never measures
-    ("compare",),  # commands, cli, api, config, bisect, tuning_logs: the entry points
+    # the entry points: commands, cli, api, config, bisect, and the worker's
+    # entry, which composes what a spec asks for
+    ("compare", "compare.worker.__main__"),
 )
 
 

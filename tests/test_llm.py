@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from compare.results.latency import LatencyStats
+from compare.measure.latency import LatencyStats
 from compare.results.schema import Cell, RunResults, cell_row
 from conftest import FAST, load_results, run_cli
 

@@ -4,8 +4,8 @@ import time
 import pytest
 
 from adapters.base import BackToBackPool, CompileContext, Compiled, StreamPool, StreamSetting
+from compare.measure.latency import LatencyStats
 from compare.measure.timing import AlternatingSampler, Timed, TimingConfig
-from compare.results.latency import LatencyStats
 from conftest import FAST, load_results, run_cli
 
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from compare.experiments.dynamic import shape_plan, summarize_records
-from compare.experiments.roofline import count_work
 from compare.measure.roofline import place
+from compare.measure.work import count_work
 from compare.results.derived import amortization_curve
 from conftest import load_results, run_cli
 from workloads import builtin_workloads
@@ -39,7 +39,7 @@ def test_roofline_on_a_hand_counted_matmul():
 
 @pytest.mark.unit
 def test_transcendental_ops_are_counted_so_a_chain_of_them_is_compute_bound():
-    from compare.experiments.roofline import POINTWISE_FLOPS
+    from compare.measure.work import POINTWISE_FLOPS
     from workloads import build_model, make_inputs
 
     x = torch.randn(64, 32)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compare.results.latency import LatencyStats, RecordError
+from compare.measure.latency import LatencyStats, RecordError
 from compare.results.protocol import (
     PROCESS_ONLY,
     BisectSpec,

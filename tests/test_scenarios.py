@@ -24,7 +24,7 @@ def test_a_tail_needs_enough_requests():
 
 @pytest.mark.unit
 def test_the_p99_ratio_is_observed_requests_with_an_interval_from_known_times():
-    from compare.results.latency import LatencyStats
+    from compare.measure.latency import LatencyStats
 
     eager = LatencyStats.from_ms([10.0] * 198 + [40.0, 40.0], 1)  # p99 is the 198th request: 10 ms
     half = LatencyStats.from_ms([5.0] * 200, 1)

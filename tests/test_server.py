@@ -189,7 +189,7 @@ def test_server_run_through_ort_reports_loadgens_summary_beside_its_own(tmp_path
 
 
 def _server_results():
-    from compare.results.latency import LatencyStats
+    from compare.measure.latency import LatencyStats
     from compare.results.schema import Cell, RunResults
 
     run = {"target_qps": 500.0, "met": True, "result": "INVALID", "p99_ms": 2.0, "own_p99_ms": 1.9}

@@ -151,6 +151,7 @@ class _TvmBase(Backend):
     onnx_frontend = "tvm.relax.frontend.onnx.from_onnx"
     install_hint = "pip install -e '.[tvm]'"
     devices = ("cpu", "cuda")
+    subcommand = "adapters.tvm.logs_command"  # python -m compare tuning-logs
     runtime_modules = ("tvm", "tvm.relax", "tvm.relax.frontend.torch", "tvm.s_tir.meta_schedule",
                        "tvm.s_tir.dlight")
     reproducer = """\

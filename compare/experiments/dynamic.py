@@ -22,7 +22,7 @@ import statistics
 import time
 from typing import Any
 
-from compare.results.protocol import CellSpec, DynamicSpec
+from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
 
 STRATEGIES = ("specialize", "symbolic", "steady")
 
@@ -102,6 +102,15 @@ def open_session(backend, setup: DynamicSetup, spec: CellSpec, ctx, strategy: st
                                       strategy, ctx)
     session.run(setup.inputs[setup.plan["warmup_value"]])
     return session, time.perf_counter() - start
+
+
+def measure_cell(spec: CellSpec) -> CellMeasurement:
+    """The worker's answer to an experiment spec (``python -m compare.worker``)."""
+    from compare.worker.steps import emit, prepare_worker
+
+    assert spec.dynamic is not None
+    backend, ctx, _ = prepare_worker(spec)
+    return CellMeasurement(status="ok", experiment=measure(spec, spec.dynamic, ctx, backend, emit))
 
 
 def measure(spec: CellSpec, dynamic: DynamicSpec, ctx, backend, emit) -> dict[str, Any]:

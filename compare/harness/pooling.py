@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from compare.measure.latency import LatencyStats
 from compare.measure.timing import TimingConfig
-from compare.results.latency import LatencyStats
 from compare.results.protocol import CellMeasurement, CellSpec
 
 

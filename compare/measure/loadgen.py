@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compare.measure.stats import request_percentiles
-from compare.results.roles import REFERENCE_SIDE
 
 LOADGEN_DISTRIBUTION = "mlcommons-loadgen"
 LOADGEN_MISSING = ("--scenario server needs MLPerf LoadGen, which is not installed: "
@@ -257,7 +256,7 @@ class QpsSearch:
 @dataclass(frozen=True)
 class Served:
     """One side of the search: its name, its call and its back-to-back median (ms)."""
-    name: str  # "backend" or roles.REFERENCE_SIDE
+    name: str  # "backend", or the in-cell reference's key (compare.results.roles.REFERENCE_SIDE)
     call: Callable[[], None]
     median_ms: float
 
@@ -291,7 +290,7 @@ def measure_server(sides: list[Served], eager_median_ms: float, config: ServerCo
                               "min_queries": config.min_queries, "runs_per_side": config.runs, **backend}
     if len(sides) > 1:
         eager = searches[sides[1].name].result()
-        record[REFERENCE_SIDE] = eager
+        record[sides[1].name] = eager  # the in-cell reference, under the name the worker gave it
         record["qps_ratio_vs_eager"] = (backend["max_qps"] / eager["max_qps"]
                                         if backend["max_qps"] and eager["max_qps"] else None)
     return record

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compare.results.latency import LatencyStats
+from compare.measure.latency import LatencyStats
 
 # A cell is flagged noisy when its interquartile range exceeds this share of the median.
 NOISY_REL_IQR = 0.10

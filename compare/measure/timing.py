@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from compare.measure.latency import LatencyStats
 from compare.measure.stats import median_rel_se, summarize
-from compare.results.latency import LatencyStats
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from compare.measure.latency import LatencyStats, RecordError, checked_fields
 from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
-from compare.results.latency import LatencyStats, RecordError, checked_fields
 from compare.results.roles import REFERENCE
 
 EVENT_PREFIX = "@@dlcompare "

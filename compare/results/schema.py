@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compare.measure.latency import LatencyStats, RecordError
 from compare.results.files import atomic_write_text
-from compare.results.latency import LatencyStats, RecordError
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
 

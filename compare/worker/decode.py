@@ -37,7 +37,7 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
     at import (and looking it up imports torch)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
     backend, ctx, torch_import_s = steps.prepare_worker(spec)
-    if spec.dynamic is None and is_decode_cell(spec):
+    if is_decode_cell(spec):
         return measure(spec, backend, ctx, torch_import_s)
     return steps.measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
 

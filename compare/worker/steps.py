@@ -466,7 +466,7 @@ def count_cell_work(setup: CellSetup, spec: CellSpec) -> dict[str, Any]:
     import torch
 
     from adapters import flatten_outputs
-    from compare.experiments.roofline import count_work
+    from compare.measure.work import count_work
 
     model = setup.fp32_model if setup.fp32_model is not None else setup.reference_model  # int8: the model's own work
     with torch.no_grad():
@@ -713,12 +713,7 @@ def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
 
 
 def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, process_cpus: set[int]) -> protocol.CellMeasurement:
-    """One cell (or experiment) once ``prepare_worker`` has set up the process."""
-    if spec.dynamic is not None:
-        from compare.experiments import dynamic
-
-        return protocol.CellMeasurement(status="ok", experiment=dynamic.measure(spec, spec.dynamic, ctx, backend,
-                                                                                emit))
+    """One cell once ``prepare_worker`` has set up the process."""
     if spec.dtype in WEIGHT_ONLY:
         from adapters import BackendUnavailable
 

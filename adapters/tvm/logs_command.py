@@ -1,4 +1,5 @@
-"""``python -m compare tuning-logs``: list, show, prune, export and import tuning logs."""
+"""``python -m compare tuning-logs``: list, show, prune, export and import TVM's tuning logs.
+The TVM backends bring this subcommand (``Backend.subcommand``)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -8,17 +9,18 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from adapters.base import CommandUsage
 from adapters.tvm.log_store import META_FILE, RECORD_FILE, WORKLOAD_FILE, TuningLogError, TuningLogStore, list_logs, read_records
 
 LOG_FILES = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
 
 
-class TuningLogsUsage(ValueError):
-    pass
+NAME = "tuning-logs"
+TuningLogsUsage = CommandUsage
 
 
 def add_parser(sub) -> None:
-    tl = sub.add_parser("tuning-logs", help="list, show, prune, export or import stored TVM tuning logs")
+    tl = sub.add_parser(NAME, help="list, show, prune, export or import stored TVM tuning logs")
     tl.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR")
     actions = tl.add_subparsers(dest="action")
     actions.add_parser("list", help="every stored log (the default)")
