@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from .profiling import CrossCheck, KernelProfile, ProfileUnavailable
 
@@ -306,6 +306,13 @@ class Backend(ABC):
     # module's ``NAME``, ``add_parser(subparsers)`` and ``run(args, console)``; it raises
     # ``CommandUsage`` for a wrong call. None: none.
     subcommand: str | None = None
+
+    @classmethod
+    def gemm_probe(cls) -> tuple[str, Callable[[int], Callable[[], Any]]] | None:
+        """The GEMM library this backend calls, for the roofline's compute ceiling: its name
+        and a maker of one n x n x n fp32 GEMM call through it, as the backend calls it.
+        None: no library of its own to probe (or the same as another backend's)."""
+        return None
     # ``--model onnx:PATH``: how this backend takes an ONNX file (the module's ``onnx_path``);
     # None: it lowers torch programs only, and an ONNX workload is unavailable to it.
     onnx_frontend: str | None = None

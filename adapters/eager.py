@@ -58,6 +58,17 @@ class EagerBackend(Backend):
     def required_modules(self) -> tuple[str, ...]:
         return ("torch",)
 
+    @classmethod
+    def gemm_probe(cls):
+        from .libraries import torch_blas
+
+        def make(n: int):
+            import torch
+
+            a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+            return lambda: torch.mm(a, b, out=out)  # aten::mm: MKL's sgemm in the pip build
+        return f"{torch_blas()} (torch.mm)", make
+
     def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
         from .weight_only import torchao_recipe
 

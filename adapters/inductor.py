@@ -128,6 +128,16 @@ with torch.no_grad():
     runtime_modules = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.cpp",
                        "torch._inductor.scheduler")
     quantizes = True  # int8: the PT2E-quantized model compiled, freezing on (adapters/pt2e.py)
+
+    @classmethod
+    def gemm_probe(cls):
+        def make(n: int):
+            import torch
+
+            a, w = torch.randn(n, n), torch.randn(n, n)
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, n)  # as freezing packs a linear's weight
+            return lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
+        return "oneDNN (mkldnn._linear_pointwise)", make
     quantizer_modules = ("torchao",)
 
     def required_modules(self) -> tuple[str, ...]:

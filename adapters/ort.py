@@ -198,6 +198,25 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
     install_hint = "pip install -e '.[ort]'"
     devices = ("cpu", "cuda")
     options_type = OrtOptions
+
+    @classmethod
+    def gemm_probe(cls):
+        def make(n: int):
+            import numpy as np
+            import onnxruntime as ort
+            import torch
+            from onnx import TensorProto, helper
+
+            graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
+                                      [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "ab"],
+                                      [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = torch.get_num_threads()  # the roofline worker's thread count
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            feed = {"a": np.random.rand(n, n).astype(np.float32), "b": np.random.rand(n, n).astype(np.float32)}
+            return lambda: session.run(None, feed)
+        return "MLAS (onnxruntime MatMul)", make
     runtime_modules = ("onnxruntime", "onnx", "onnxscript", "torch.onnx._internal.exporter._core")
 
     onnx_frontend = "InferenceSession on the file"

@@ -1,4 +1,6 @@
 """The survey's experiments: arithmetic by hand, and a small real run."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -136,3 +138,17 @@ def test_paper_fields_and_markdown(paper_run):
                     "4. Dynamic shapes", "5. Memory", "6. Roofline"):
         assert f"## {heading}" in text
     assert "~1.0x (within 1%)" in text and "5.48e-5" in text and "RTX A6000" in text  # mlp's paper figure
+
+
+@pytest.mark.unit
+def test_the_roofline_probes_the_gemm_libraries_the_backends_declare():
+    """The compute ceiling's libraries come from the adapters (Backend.gemm_probe), not from
+    calls into a compiler written in the experiment."""
+    from adapters import backend_classes
+    from compare.experiments import roofline
+    from compare.experiments.roofline import gemm_libraries
+
+    libraries = gemm_libraries()
+    declared = {probe[0] for cls in backend_classes().values() if (probe := cls.gemm_probe())}
+    assert set(libraries) == declared and "MLAS (onnxruntime MatMul)" in declared
+    assert "onnxruntime" not in Path(roofline.__file__).read_text()

@@ -50,44 +50,13 @@ def measure_ceilings(threads: int, seconds: float = 1.0) -> dict[str, Any]:
     }
 
 
-def _mkl_gemm(n: int):
-    import torch
-
-    a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-    return lambda: torch.mm(a, b, out=out)  # aten::mm: MKL's sgemm in the pip build
-
-
-def _onednn_gemm(n: int):
-    import torch
-
-    a, w = torch.randn(n, n), torch.randn(n, n)
-    packed = torch.ops.mkldnn._reorder_linear_weight(w, n)  # as Inductor's freezing packs it
-    return lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
-
-
-def _mlas_gemm(n: int):
-    import numpy as np
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm",
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "ab"],
-                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = int(__import__("torch").get_num_threads())
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feed = {"a": np.random.rand(n, n).astype(np.float32), "b": np.random.rand(n, n).astype(np.float32)}
-    return lambda: session.run(None, feed)
-
-
 def gemm_libraries() -> dict[str, Any]:
-    """The GEMM libraries the backends call: eager's BLAS, Inductor's and OpenVINO's
-    oneDNN, ORT's MLAS; by name -> a maker of one n x n x n GEMM call."""
-    from adapters.libraries import torch_blas
+    """The GEMM libraries the backends call, each as its backend probes it
+    (``Backend.gemm_probe``): by name -> a maker of one n x n x n fp32 GEMM call."""
+    from adapters import backend_classes
 
-    return {f"{torch_blas()} (torch.mm)": _mkl_gemm, "oneDNN (mkldnn._linear_pointwise)": _onednn_gemm,
-            "MLAS (onnxruntime MatMul)": _mlas_gemm}
+    probes = [cls.gemm_probe() for cls in backend_classes().values()]
+    return dict(probe for probe in probes if probe is not None)
 
 
 def last_level_cache_mb() -> float | None:
