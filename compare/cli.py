@@ -24,6 +24,9 @@ SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", 
                "explain", "crosscheck", "bisect", "stability", "system")  # and those backends bring (Backend.subcommand)
 
 
+Arguments = argparse._ActionsContainer  # a parser or one of its argument groups
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage wall
         raise UsageError(message)
@@ -97,15 +100,17 @@ def _cpu_list(value: str) -> list[int]:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int) -> None:
-    _add_selection(parser, default_backends)
-    _add_execution(parser)
-    _add_backend_options(parser)
-    _add_timing(parser, numerics_draws)
-    _add_conditions(parser)
-    _add_outputs(parser)
+    """The run's options in sections, as ``--help`` prints them."""
+    group = parser.add_argument_group
+    _add_selection(group("selection", "what runs: backends, workloads, sizes, precisions, device"), default_backends)
+    _add_execution(group("execution", "how cells run: threads, limits, caches"))
+    _add_timing(group("sampling", "how latency and numerics are sampled, and in which scenario"), numerics_draws)
+    _add_conditions(group("conditions", "run conditions recorded with the results"))
+    _add_outputs(group("outputs", "where results go, and resuming"))
+    _add_backend_options(group("backend options", "each backend's own settings (adapters' options)"))
 
 
-def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> None:
+def _add_selection(parser: Arguments, default_backends: str) -> None:
     """What runs: backends, workloads, sizes, batches, precisions, device."""
     from workloads import SIZES, SUITES
 
@@ -140,7 +145,7 @@ def _add_selection(parser: argparse.ArgumentParser, default_backends: str) -> No
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 
-def _add_execution(parser: argparse.ArgumentParser) -> None:
+def _add_execution(parser: Arguments) -> None:
     """How cells run: threads, limits, where results, caches and logs go."""
     from compare.harness.runner import RunConfig
 
@@ -163,7 +168,7 @@ def _add_execution(parser: argparse.ArgumentParser) -> None:
 SCENARIOS = ("back-to-back", "single-stream", "offline", "server")
 
 
-def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int) -> None:
+def _add_timing(parser: Arguments, numerics_draws: int) -> None:
     """How latency and numerics are sampled."""
     from compare.harness.runner import RunConfig
     from compare.measure.timing import TimingConfig
@@ -205,7 +210,7 @@ def _add_timing(parser: argparse.ArgumentParser, numerics_draws: int) -> None:
                              f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
 
 
-def _add_server(parser: argparse.ArgumentParser) -> None:
+def _add_server(parser: Arguments) -> None:
     """--scenario server's parameters (compare.measure.loadgen.ServerConfig)."""
     from compare.measure.loadgen import BOUND_FACTOR, MIN_BOUND_MS, ServerConfig
 
@@ -219,7 +224,7 @@ def _add_server(parser: argparse.ArgumentParser) -> None:
                              f"(default {ServerConfig.runs})")
 
 
-def _add_conditions(parser: argparse.ArgumentParser) -> None:
+def _add_conditions(parser: Arguments) -> None:
     """Run conditions recorded with the results: seed, allocator, thread spin, executor."""
     from compare.harness.allocators import ALLOCATORS, DEFAULT_ALLOCATOR
 
@@ -240,7 +245,7 @@ def _add_conditions(parser: argparse.ArgumentParser) -> None:
                         help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
 
 
-def _add_outputs(parser: argparse.ArgumentParser) -> None:
+def _add_outputs(parser: Arguments) -> None:
     parser.add_argument("--history", default=None, metavar="DB",
                         help="SQLite run history (default: history.sqlite beside the output folder)")
     parser.add_argument("--no-history", action="store_true", help="do not record this run in the history")
@@ -254,7 +259,7 @@ def _add_outputs(parser: argparse.ArgumentParser) -> None:
 _OPTION_TYPES = {"positive_int": _positive_int, "positive_float": _positive_float}
 
 
-def _add_backend_options(parser: argparse.ArgumentParser) -> None:
+def _add_backend_options(parser: Arguments) -> None:
     """Every backend's flagged options (``adapters.base.option``); a flag two backends
     share (``--cuda-arch``) is offered once."""
     from adapters import backend_classes
@@ -285,22 +290,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="measure workloads x backends (the default command)")
     _add_run_arguments(run, DEFAULT_BACKENDS, numerics_draws=1)
-    run.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
-    run.add_argument("--explain", action="store_true",
-                     help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
-    run.add_argument("--crosscheck", action="store_true",
+    extra = run.add_argument_group("instruments", "what each cell measures besides its latency")
+    extra.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
+    extra.add_argument("--explain", action="store_true",
+                       help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
+    extra.add_argument("--crosscheck", action="store_true",
                      help="after timing, re-time each cell's artifact with its backend's own benchmark tool "
                           "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
     _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5)
-    paper.add_argument("--dynamic-sizes", type=_positive_int, default=4, metavar="K",
-                       help="distinct sizes of the varying dimension (default 4)")
-    paper.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",
-                       help="calls in the shape sequence (default 40)")
-    paper.add_argument("--skip-dynamic", action="store_true", help="leave out the dynamic-shape experiment")
-    paper.add_argument("--explain", action="store_true",
-                       help="profile every cell after timing: the fusion part (kernels per call) needs it")
+    protocol = paper.add_argument_group("the survey's protocol", "its dynamic-shape part and the fusion profiles")
+    protocol.add_argument("--dynamic-sizes", type=_positive_int, default=4, metavar="K",
+                          help="distinct sizes of the varying dimension (default 4)")
+    protocol.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",
+                          help="calls in the shape sequence (default 40)")
+    protocol.add_argument("--skip-dynamic", action="store_true", help="leave out the dynamic-shape experiment")
+    protocol.add_argument("--explain", action="store_true",
+                          help="profile every cell after timing: the fusion part (kernels per call) needs it")
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
     lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -96,3 +96,14 @@ def test_a_flag_that_repeated_another_is_a_one_line_error_naming_it(flag, replac
     assert cli.main([flag]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{flag} is gone: use {replacement}" in err
+
+
+@pytest.mark.unit
+def test_run_help_prints_the_options_in_sections(capsys):
+    from compare import cli
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["run", "--help"])
+    sections = [line.rstrip(":") for line in capsys.readouterr().out.splitlines() if line and not line[0].isspace()]
+    assert sections[1:] == ["options", "selection", "execution", "sampling", "conditions", "outputs",
+                            "backend options", "instruments"]
