@@ -25,6 +25,27 @@ SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", 
 
 
 Arguments = argparse._ActionsContainer  # a parser or one of its argument groups
+# How --resume treats a run option given again: CHECKED must match the stored run (it
+# changes what a cell measures), OVERRIDABLE may change (a timeout, the sampling budget),
+# NEUTRAL says how to run this command; REFUSED cannot be given with --resume.
+CHECKED, OVERRIDABLE, NEUTRAL, REFUSED = "checked", "overridable", "neutral", "refused"
+
+
+def _arg(parser: Arguments, flag: str, *, resume: str, field: str | None = None, **kwargs) -> argparse.Action:
+    """One run option, declared once: its flag, help and validation (argparse's), its resume
+    policy and the ``RunConfig`` field it fills (``field``, which resume compares or sets)."""
+    if resume in (CHECKED, OVERRIDABLE) and field is None:
+        raise ValueError(f"{flag}: a {resume} option names its RunConfig field")
+    action = parser.add_argument(flag, **kwargs)
+    action.resume = (resume, field)  # type: ignore[attr-defined]
+    return action
+
+
+def resume_policy(parser: argparse.ArgumentParser, command: str = "run") -> dict[str, tuple[str, str | None]]:
+    """``--flag`` -> (policy, RunConfig field) for every option of ``command`` that declares one."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {flag: action.resume for action in sub.choices[command]._actions if hasattr(action, "resume")
+            for flag in action.option_strings}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,55 +135,56 @@ def _add_selection(parser: Arguments, default_backends: str) -> None:
     """What runs: backends, workloads, sizes, batches, precisions, device."""
     from workloads import SIZES, SUITES
 
-    parser.add_argument("--backends", type=_csv, default=_csv(default_backends),
-                     help=f"comma-separated backends to compare with eager (default: {default_backends})")
-    parser.add_argument("--workloads", type=_csv, default=None,
-                        help="comma-separated workloads from any suite (default: the --suite's)")
-    parser.add_argument("--suite", choices=SUITES, default=None,
-                        help="built-in workloads to run: paper (the survey's five graphs), models "
-                             "(ResNet, MobileNetV2, BERT, GPT-2, ViT), llm (greedy decoding with a static KV "
-                             "cache: TTFT, TPOT, tokens/s), zoo (17 real architectures at published sizes: the "
-                             "coverage matrix) or all (the hand-written three; default: paper, or none when --model is given)")
-    parser.add_argument("--batch", type=_batch_list, default=[], metavar="N[,N...]",
-                        help="batch sizes to sweep, each its own cell (default: each workload's own)")
-    parser.add_argument("--dtype", type=_dtype_list, default=["fp32"], metavar="DTYPE[,...]",
-                        help="precision, comma-separated to sweep (default fp32): fp32, bf16, fp16, tf32 (CUDA: "
-                             "TF32 tensor-core math on fp32 tensors), int8 (static, each backend's quantizer), "
-                             "int8wo/int4wo (weight-only, --suite llm)")
-    parser.add_argument("--workload-file", action="append", default=[], metavar="PATH",
-                     help="Python file defining extra workloads (run as code); repeatable")
-    parser.add_argument("--model", action="append", default=[], metavar="SPEC",
-                        help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
-                             "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
-    parser.add_argument("--size", choices=SIZES, default=None,
-                        help="workload shapes (default: 'default' on the CPU, 'large' on CUDA, where the default "
-                             "shapes are launch-bound)")
-    parser.add_argument("--prompt-len", type=_positive_int, default=None, metavar="N",
-                        help="decode workloads (--suite llm): prompt tokens, the prefill (pp) figure's length "
-                             "(default 128 at the default size; 512 for llama-bench's pp512)")
-    parser.add_argument("--gen-len", type=_positive_int, default=None, metavar="N",
-                        help="decode workloads: tokens generated, the decode (tg) figure's length (default 128)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    _arg(parser, "--backends", resume=CHECKED, field="backends", type=_csv, default=_csv(default_backends),
+         help=f"comma-separated backends to compare with eager (default: {default_backends})")
+    _arg(parser, "--workloads", resume=CHECKED, field="workloads", type=_csv, default=None,
+         help="comma-separated workloads from any suite (default: the --suite's)")
+    _arg(parser, "--suite", resume=CHECKED, field="suite", choices=SUITES, default=None,
+         help="built-in workloads to run: paper (the survey's five graphs), models "
+              "(ResNet, MobileNetV2, BERT, GPT-2, ViT), llm (greedy decoding with a static KV "
+              "cache: TTFT, TPOT, tokens/s), zoo (17 real architectures at published sizes: the "
+              "coverage matrix) or all (the hand-written three; default: paper, or none when --model is given)")
+    _arg(parser, "--batch", resume=CHECKED, field="batches", type=_batch_list, default=[], metavar="N[,N...]",
+         help="batch sizes to sweep, each its own cell (default: each workload's own)")
+    _arg(parser, "--dtype", resume=CHECKED, field="dtypes", type=_dtype_list, default=["fp32"], metavar="DTYPE[,...]",
+         help="precision, comma-separated to sweep (default fp32): fp32, bf16, fp16, tf32 (CUDA: "
+              "TF32 tensor-core math on fp32 tensors), int8 (static, each backend's quantizer), "
+              "int8wo/int4wo (weight-only, --suite llm)")
+    _arg(parser, "--workload-file", resume=CHECKED, field="workload_files", action="append", default=[], metavar="PATH",
+         help="Python file defining extra workloads (run as code); repeatable")
+    _arg(parser, "--model", resume=CHECKED, field="workload_files", action="append", default=[], metavar="SPEC",
+         help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
+              "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
+    _arg(parser, "--size", resume=CHECKED, field="size", choices=SIZES, default=None,
+         help="workload shapes (default: 'default' on the CPU, 'large' on CUDA, where the default "
+              "shapes are launch-bound)")
+    _arg(parser, "--prompt-len", resume=CHECKED, field="prompt_len", type=_positive_int, default=None, metavar="N",
+         help="decode workloads (--suite llm): prompt tokens, the prefill (pp) figure's length "
+              "(default 128 at the default size; 512 for llama-bench's pp512)")
+    _arg(parser, "--gen-len", resume=CHECKED, field="gen_len", type=_positive_int, default=None, metavar="N",
+         help="decode workloads: tokens generated, the decode (tg) figure's length (default 128)")
+    _arg(parser, "--device", resume=CHECKED, field="device", choices=("cpu", "cuda"), default="cpu")
 
 
 def _add_execution(parser: Arguments) -> None:
     """How cells run: threads, limits, where results, caches and logs go."""
     from compare.harness.runner import RunConfig
 
-    parser.add_argument(
-        "--threads", type=_positive_int, default=None,
-        help="threads for every backend (default: all cores, or the --affinity CPUs)"
+    _arg(parser, "--threads", resume=CHECKED, field="threads",
+         type=_positive_int, default=None,
+         help="threads for every backend (default: all cores, or the --affinity CPUs)"
     )
-    parser.add_argument("--affinity", type=_cpu_list, default=None, metavar="CPUS",
-                        help="pin every worker to these CPUs (0,1 or 0-3), as pyperf's --affinity and numactl do")
-    parser.add_argument("--timeout", type=_positive_float, default=None,
-                        help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g}, 600 with --suite zoo)")
-    parser.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
-                     help="address-space limit per worker (cells over it are out_of_memory)")
-    parser.add_argument("--output-dir", default=None, help="where results go (default: reports/<timestamp>/)")
-    parser.add_argument("--cache", choices=("cold", "warm"), default="cold",
-                     help="cold: compile from nothing; warm: reuse persistent compile artifacts")
-    parser.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR", help="persistent tuning logs and caches")
+    _arg(parser, "--affinity", resume=CHECKED, field="affinity", type=_cpu_list, default=None, metavar="CPUS",
+         help="pin every worker to these CPUs (0,1 or 0-3), as pyperf's --affinity and numactl do")
+    _arg(parser, "--timeout", resume=OVERRIDABLE, field="timeout_s", type=_positive_float, default=None,
+         help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g}, 600 with --suite zoo)")
+    _arg(parser, "--memory-limit", resume=OVERRIDABLE, field="memory_limit_mb", type=_positive_int, default=None, metavar="MB",
+         help="address-space limit per worker (cells over it are out_of_memory)")
+    _arg(parser, "--output-dir", resume=REFUSED, default=None, help="where results go (default: reports/<timestamp>/)")
+    _arg(parser, "--cache", resume=CHECKED, field="cache", choices=("cold", "warm"), default="cold",
+         help="cold: compile from nothing; warm: reuse persistent compile artifacts")
+    _arg(parser, "--tuning-logs", resume=CHECKED, field="cache_root", default="tuning_logs", metavar="DIR",
+         help="persistent tuning logs and caches")
 
 
 SCENARIOS = ("back-to-back", "single-stream", "offline", "server")
@@ -173,39 +195,40 @@ def _add_timing(parser: Arguments, numerics_draws: int) -> None:
     from compare.harness.runner import RunConfig
     from compare.measure.timing import TimingConfig
 
-    parser.add_argument("--time-budget", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
-                     help="soft budget in seconds for sampling one cell's latency")
-    parser.add_argument("--min-samples", type=_positive_int, default=None, metavar="N",
-                        help=f"samples per cell before the stopping rule may stop it (default {TimingConfig.min_samples}, "
-                             "1 with --suite zoo: a call slower than the time budget is timed in one round)")
-    parser.add_argument("--scenario", choices=SCENARIOS, default="back-to-back",
-                        help="back-to-back: each sample averages calls made one after another, the median of "
-                             "samples is the latency (default); single-stream: every request timed on its own, "
-                             "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request; offline: throughput on all "
-                             "the threads, each backend with its own streams where dlcompare has them (OpenVINO's "
-                             "THROUGHPUT hint, ORT sessions in parallel), else back to back; server: after timing, "
-                             "MLPerf LoadGen's Server scenario (Poisson arrivals) finds the highest QPS whose p99 "
-                             "stays within --server-p99-ms, for the backend and eager (needs dlcompare[loadgen])")
+    _arg(parser, "--time-budget", resume=OVERRIDABLE, field="timing", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
+         help="soft budget in seconds for sampling one cell's latency")
+    _arg(parser, "--min-samples", resume=OVERRIDABLE, field="timing", type=_positive_int, default=None, metavar="N",
+         help=f"samples per cell before the stopping rule may stop it (default {TimingConfig.min_samples}, "
+              "1 with --suite zoo: a call slower than the time budget is timed in one round)")
+    _arg(parser, "--scenario", resume=CHECKED, field="scenario", choices=SCENARIOS, default="back-to-back",
+         help="back-to-back: each sample averages calls made one after another, the median of "
+              "samples is the latency (default); single-stream: every request timed on its own, "
+              "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request; offline: throughput on all "
+              "the threads, each backend with its own streams where dlcompare has them (OpenVINO's "
+              "THROUGHPUT hint, ORT sessions in parallel), else back to back; server: after timing, "
+              "MLPerf LoadGen's Server scenario (Poisson arrivals) finds the highest QPS whose p99 "
+              "stays within --server-p99-ms, for the backend and eager (needs dlcompare[loadgen])")
     _add_server(parser)
-    parser.add_argument("--sample-warmup", choices=("on", "off"), default="on",
-                        help="one untimed call before each timed sample, so that no sample pays for what the "
-                             "other callable left behind (default on; off: the method before 2026-11)")
-    parser.add_argument("--interleave", choices=("on", "off"), default=None,
-                        help="time the cells of a workload in turns, so that they and the eager-only reference "
-                             "sample the same stretch of time (default on, off with --suite zoo; local executor)")
-    parser.add_argument("--processes", type=_positive_int, default=None, metavar="K",
-                        help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first "
-                             f"compiles and the others load its artifact (default {RunConfig.processes}, 1 with --suite zoo)")
-    parser.add_argument("--noise-probe", type=float, default=3.0, metavar="S",
-                        help="seconds of the machine probe (compute loop, memory copy) before and after the cells, "
-                             "shown in the header (default 3; 0: none)")
-    parser.add_argument("--reference-processes", type=_positive_int, default=None, metavar="K",
-                        help="at least K processes for the eager-only reference, pooled, so that one process's "
-                             f"offset does not shift every comparison with it (default {RunConfig.reference_processes}, "
-                             "1 with --suite zoo)")
-    parser.add_argument("--numerics-draws", type=_positive_int, default=numerics_draws, metavar="K",
-                        help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
-    parser.add_argument("--calibration-batches", type=_positive_int, default=RunConfig.calibration_batches, metavar="N",
+    _arg(parser, "--sample-warmup", resume=OVERRIDABLE, field="timing", choices=("on", "off"), default="on",
+         help="one untimed call before each timed sample, so that no sample pays for what the "
+              "other callable left behind (default on; off: the method before 2026-11)")
+    _arg(parser, "--interleave", resume=OVERRIDABLE, field="interleave", choices=("on", "off"), default=None,
+         help="time the cells of a workload in turns, so that they and the eager-only reference "
+              "sample the same stretch of time (default on, off with --suite zoo; local executor)")
+    _arg(parser, "--processes", resume=CHECKED, field="processes", type=_positive_int, default=None, metavar="K",
+         help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first "
+              f"compiles and the others load its artifact (default {RunConfig.processes}, 1 with --suite zoo)")
+    _arg(parser, "--noise-probe", resume=OVERRIDABLE, field="noise_probe_s", type=float, default=3.0, metavar="S",
+         help="seconds of the machine probe (compute loop, memory copy) before and after the cells, "
+              "shown in the header (default 3; 0: none)")
+    _arg(parser, "--reference-processes", resume=CHECKED, field="reference_processes", type=_positive_int, default=None, metavar="K",
+         help="at least K processes for the eager-only reference, pooled, so that one process's "
+              f"offset does not shift every comparison with it (default {RunConfig.reference_processes}, "
+              "1 with --suite zoo)")
+    _arg(parser, "--numerics-draws", resume=CHECKED, field="numerics_draws", type=_positive_int, default=numerics_draws, metavar="K",
+         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
+    _arg(parser, "--calibration-batches", resume=CHECKED, field="calibration_batches", type=_positive_int,
+         default=RunConfig.calibration_batches, metavar="N",
                         help="--dtype int8: seeded batches of the workload's inputs that every backend's quantizer "
                              f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
 
@@ -214,46 +237,47 @@ def _add_server(parser: Arguments) -> None:
     """--scenario server's parameters (compare.measure.loadgen.ServerConfig)."""
     from compare.measure.loadgen import BOUND_FACTOR, MIN_BOUND_MS, ServerConfig
 
-    parser.add_argument("--server-p99-ms", type=_positive_float, default=None, metavar="MS",
-                        help=f"--scenario server: the p99 bound every side of a cell is held to (default "
-                             f"{BOUND_FACTOR:g}x eager's back-to-back median in the cell, at least {MIN_BOUND_MS:g} ms)")
-    parser.add_argument("--server-run-ms", type=_positive_int, default=None, metavar="MS",
-                        help=f"--scenario server: LoadGen's minimum duration of each run (default {ServerConfig.run_ms})")
-    parser.add_argument("--server-runs", type=_positive_int, default=None, metavar="N",
-                        help=f"--scenario server: LoadGen runs per side, the QPS bisection's steps "
-                             f"(default {ServerConfig.runs})")
+    _arg(parser, "--server-p99-ms", resume=CHECKED, field="server", type=_positive_float, default=None, metavar="MS",
+         help=f"--scenario server: the p99 bound every side of a cell is held to (default "
+              f"{BOUND_FACTOR:g}x eager's back-to-back median in the cell, at least {MIN_BOUND_MS:g} ms)")
+    _arg(parser, "--server-run-ms", resume=CHECKED, field="server", type=_positive_int, default=None, metavar="MS",
+         help=f"--scenario server: LoadGen's minimum duration of each run (default {ServerConfig.run_ms})")
+    _arg(parser, "--server-runs", resume=CHECKED, field="server", type=_positive_int, default=None, metavar="N",
+         help=f"--scenario server: LoadGen runs per side, the QPS bisection's steps "
+              f"(default {ServerConfig.runs})")
 
 
 def _add_conditions(parser: Arguments) -> None:
     """Run conditions recorded with the results: seed, allocator, thread spin, executor."""
     from compare.harness.allocators import ALLOCATORS, DEFAULT_ALLOCATOR
 
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
-                        help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
-                             "jemalloc, tcmalloc or mimalloc (preloaded), auto: mimalloc, which the install brings "
-                             f"(default {DEFAULT_ALLOCATOR})")
-    parser.add_argument("--system-malloc", action=_Removed, replacement="--allocator system")
-    parser.add_argument("--thread-spin", choices=("short", "default"), default="short",
-                        help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
-                             "runtime's default before sleeping (default: short)")
-    parser.add_argument("--executor", choices=("local", "ray"), default="local",
-                        help="local: cells one after another here; ray: one Ray task per cell")
-    parser.add_argument("--ray-address", default=None, metavar="ADDR",
-                        help="Ray cluster to join (default: start a local Ray instance)")
-    parser.add_argument("--ray-share-cores", action="store_true",
-                        help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
+    _arg(parser, "--seed", resume=CHECKED, field="seed", type=int, default=0)
+    _arg(parser, "--allocator", resume=CHECKED, field="allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
+         help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
+              "jemalloc, tcmalloc or mimalloc (preloaded), auto: mimalloc, which the install brings "
+              f"(default {DEFAULT_ALLOCATOR})")
+    _arg(parser, "--system-malloc", resume=REFUSED, action=_Removed, replacement="--allocator system")
+    _arg(parser, "--thread-spin", resume=CHECKED, field="thread_spin", choices=("short", "default"), default="short",
+         help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
+              "runtime's default before sleeping (default: short)")
+    _arg(parser, "--executor", resume=CHECKED, field="executor", choices=("local", "ray"), default="local",
+         help="local: cells one after another here; ray: one Ray task per cell")
+    _arg(parser, "--ray-address", resume=OVERRIDABLE, field="ray_address", default=None, metavar="ADDR",
+         help="Ray cluster to join (default: start a local Ray instance)")
+    _arg(parser, "--ray-share-cores", resume=CHECKED, field="ray_share_cores", action="store_true",
+         help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
 
 
 def _add_outputs(parser: Arguments) -> None:
-    parser.add_argument("--history", default=None, metavar="DB",
-                        help="SQLite run history (default: history.sqlite beside the output folder)")
-    parser.add_argument("--no-history", action="store_true", help="do not record this run in the history")
-    parser.add_argument("--keep-work-dirs", action="store_true", help="keep each worker's scratch folder")
-    parser.add_argument("--quiet", action="store_true", help="no progress display")
-    parser.add_argument("--list", action=_Removed, replacement="python -m compare list [--device cuda]")
-    parser.add_argument("--resume", default=None, metavar="RUN_DIR",
-                        help="finish an interrupted run: only missing cells and transient failures run again")
+    _arg(parser, "--history", resume=NEUTRAL, default=None, metavar="DB",
+         help="SQLite run history (default: history.sqlite beside the output folder)")
+    _arg(parser, "--no-history", resume=NEUTRAL, action="store_true", help="do not record this run in the history")
+    _arg(parser, "--keep-work-dirs", resume=OVERRIDABLE, field="keep_work_dirs", action="store_true",
+         help="keep each worker's scratch folder")
+    _arg(parser, "--quiet", resume=NEUTRAL, action="store_true", help="no progress display")
+    _arg(parser, "--list", resume=REFUSED, action=_Removed, replacement="python -m compare list [--device cuda]")
+    _arg(parser, "--resume", resume=NEUTRAL, default=None, metavar="RUN_DIR",
+         help="finish an interrupted run: only missing cells and transient failures run again")
 
 
 _OPTION_TYPES = {"positive_int": _positive_int, "positive_float": _positive_float}
@@ -291,23 +315,24 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="measure workloads x backends (the default command)")
     _add_run_arguments(run, DEFAULT_BACKENDS, numerics_draws=1)
     extra = run.add_argument_group("instruments", "what each cell measures besides its latency")
-    extra.add_argument("--roofline", action="store_true", help="measure this machine's ceilings and place every cell")
-    extra.add_argument("--explain", action="store_true",
-                       help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
-    extra.add_argument("--crosscheck", action="store_true",
-                     help="after timing, re-time each cell's artifact with its backend's own benchmark tool "
-                          "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
+    _arg(extra, "--roofline", resume=CHECKED, field="roofline", action="store_true",
+         help="measure this machine's ceilings and place every cell")
+    _arg(extra, "--explain", resume=CHECKED, field="explain", action="store_true",
+         help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
+    _arg(extra, "--crosscheck", resume=CHECKED, field="crosscheck", action="store_true",
+         help="after timing, re-time each cell's artifact with its backend's own benchmark tool "
+              "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
     _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5)
     protocol = paper.add_argument_group("the survey's protocol", "its dynamic-shape part and the fusion profiles")
-    protocol.add_argument("--dynamic-sizes", type=_positive_int, default=4, metavar="K",
-                          help="distinct sizes of the varying dimension (default 4)")
-    protocol.add_argument("--dynamic-calls", type=_positive_int, default=40, metavar="N",
-                          help="calls in the shape sequence (default 40)")
-    protocol.add_argument("--skip-dynamic", action="store_true", help="leave out the dynamic-shape experiment")
-    protocol.add_argument("--explain", action="store_true",
-                          help="profile every cell after timing: the fusion part (kernels per call) needs it")
+    _arg(protocol, "--dynamic-sizes", resume=REFUSED, type=_positive_int, default=4, metavar="K",
+         help="distinct sizes of the varying dimension (default 4)")
+    _arg(protocol, "--dynamic-calls", resume=REFUSED, type=_positive_int, default=40, metavar="N",
+         help="calls in the shape sequence (default 40)")
+    _arg(protocol, "--skip-dynamic", resume=REFUSED, action="store_true", help="leave out the dynamic-shape experiment")
+    _arg(protocol, "--explain", resume=CHECKED, field="explain", action="store_true",
+         help="profile every cell after timing: the fusion part (kernels per call) needs it")
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
     lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -380,8 +405,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     # The bare form is "run": python -m compare --backends inductor,ort
     if not argv or argv[0] not in (*subcommands(), "-h", "--help"):
         argv = ["run"] + argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.explicit = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--")}
+    if args.command in ("run", "paper"):
+        args.resume_policy = resume_policy(parser, args.command)
     return args
 
 

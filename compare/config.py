@@ -305,7 +305,8 @@ def resume_state(args: argparse.Namespace):
     config.output_dir = str(Path(args.resume))
     requested = make_config(args, output_dir=Path(args.resume))
     try:
-        plan = plan_resume(stored, config, requested, args.explicit, environment.capture(config.threads, config.device))
+        plan = plan_resume(stored, config, requested, args.explicit, environment.capture(config.threads, config.device),
+                           args.resume_policy)  # each option's, as its flag declares it (compare.cli._arg)
     except ResumeRefused as exc:
         raise UsageError(f"cannot resume {args.resume}: {exc}") from None
     return plan.results, plan.config, plan.rerun

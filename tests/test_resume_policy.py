@@ -4,12 +4,14 @@ import dataclasses
 
 import pytest
 
+from compare.cli import build_parser, resume_policy
 from compare.harness.resume import ResumeRefused, plan_resume
 from compare.harness.runner import RunConfig, Runner
 from compare.results.schema import Cell, RunResults
 
 pytestmark = pytest.mark.unit
 
+POLICY = resume_policy(build_parser())
 ENV = {"cpu_model": "EPYC", "cores": 2, "versions": {"torch": "2.13.0"}}
 
 
@@ -25,25 +27,25 @@ def _config(**changes):
 
 
 def test_transient_cells_run_again_and_the_rest_are_kept():
-    plan = plan_resume(_stored(), _config(), _config(), explicit=set(), now=dict(ENV))
+    plan = plan_resume(_stored(), _config(), _config(), explicit=set(), now=dict(ENV), policy=POLICY)
     assert [c.backend for c in plan.results.cells] == ["eager", "tvm"] and plan.rerun == 2
     assert plan.results.state == "running"
 
 
 def test_an_option_that_changes_the_measurement_refuses_and_one_that_does_not_applies():
     with pytest.raises(ResumeRefused, match="--threads was 1 in that run, now 4"):
-        plan_resume(_stored(), _config(), _config(threads=4), explicit={"--threads"}, now=dict(ENV))
-    plan = plan_resume(_stored(), _config(), _config(timeout_s=60.0), explicit={"--timeout"}, now=dict(ENV))
+        plan_resume(_stored(), _config(), _config(threads=4), explicit={"--threads"}, now=dict(ENV), policy=POLICY)
+    plan = plan_resume(_stored(), _config(), _config(timeout_s=60.0), explicit={"--timeout"}, now=dict(ENV), policy=POLICY)
     assert plan.config.timeout_s == 60.0
     # a flag left at its default is not a change
-    assert plan_resume(_stored(), _config(), _config(threads=4), explicit=set(), now=dict(ENV)).config.threads == 1
+    assert plan_resume(_stored(), _config(), _config(threads=4), explicit=set(), now=dict(ENV), policy=POLICY).config.threads == 1
 
 
 @pytest.mark.parametrize("now, message", [({**ENV, "cores": 4}, "cores was 2"),
                                            ({**ENV, "versions": {"torch": "2.14.0"}}, "torch was 2.13.0")])
 def test_another_machine_or_package_refuses(now, message):
     with pytest.raises(ResumeRefused, match=message):
-        plan_resume(_stored(), _config(), _config(), explicit=set(), now=now)
+        plan_resume(_stored(), _config(), _config(), explicit=set(), now=now, policy=POLICY)
 
 
 def test_the_plan_covers_every_workload_backend_batch_and_dtype():
@@ -56,26 +58,31 @@ def test_a_changed_backend_option_or_report_option_refuses_and_no_flag_is_ignore
     stored_config = _config(options={"tvm_fast_math": "on"}, explain=False)
     with pytest.raises(ResumeRefused, match="^--tvm-fast-math was on in that run, now off;"):
         plan_resume(_stored(), stored_config, _config(options={"tvm_fast_math": "off"}),
-                    explicit={"--tvm-fast-math"}, now=dict(ENV))
+                    explicit={"--tvm-fast-math"}, now=dict(ENV), policy=POLICY)
     # the same value given again is no change; an option the stored run predates is its default
     plan_resume(_stored(), stored_config, _config(options={"tvm_fast_math": "on"}), explicit={"--tvm-fast-math"},
-                now=dict(ENV))
+                now=dict(ENV), policy=POLICY)
     with pytest.raises(ResumeRefused, match="--onnx-opset was 20 in that run, now 18"):
         plan_resume(_stored(), stored_config, _config(options={"onnx_opset": 18}), explicit={"--onnx-opset"},
-                    now=dict(ENV))
+                    now=dict(ENV), policy=POLICY)
     with pytest.raises(ResumeRefused, match="--explain was False in that run, now True"):
-        plan_resume(_stored(), stored_config, _config(explain=True), explicit={"--explain"}, now=dict(ENV))
+        plan_resume(_stored(), stored_config, _config(explain=True), explicit={"--explain"}, now=dict(ENV), policy=POLICY)
     with pytest.raises(ResumeRefused, match="--output-dir cannot be given with --resume"):
-        plan_resume(_stored(), stored_config, _config(), explicit={"--output-dir"}, now=dict(ENV))
+        plan_resume(_stored(), stored_config, _config(), explicit={"--output-dir"}, now=dict(ENV), policy=POLICY)
 
 
-def test_every_run_flag_has_a_resume_rule():
-    """A new flag must be sorted into checked, overridable or neutral, or resume refuses it."""
-    from compare.cli import build_parser
+def test_every_run_flag_declares_its_resume_rule():
+    """A new flag is declared with its rule (compare.cli._arg), or it is a backend's option,
+    which resume checks against the stored run; a checked or overridable one names its field."""
     from compare.harness import resume
+    from compare.harness.runner import RunConfig
 
     parser = build_parser()
-    run = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["run"]
-    flags = {o for a in run._actions for o in a.option_strings if o.startswith("--") and a.help != "==SUPPRESS=="}
-    ruled = set(resume.CHECKED) | set(resume.OVERRIDABLE) | resume.NEUTRAL | set(resume.backend_option_flags())
-    assert flags - ruled == {"--output-dir"}  # refused with --resume: the run resumes in its own folder
+    for command in ("run", "paper"):
+        sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices[command]
+        flags = {o for a in sub._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        policy = resume_policy(parser, command)
+        assert flags - set(policy) - set(resume.backend_option_flags()) == set(), command
+        fields = {f for rule, f in policy.values() if rule in (resume.CHECKED, resume.OVERRIDABLE)}
+        assert fields <= set(RunConfig.__dataclass_fields__), fields - set(RunConfig.__dataclass_fields__)
+    assert policy["--output-dir"][0] == "refused" and policy["--threads"] == ("checked", "threads")

@@ -10,25 +10,9 @@ from typing import Any
 
 from compare.results.schema import RunResults
 
-# flag -> RunConfig field: must match the stored run when given
-CHECKED = {"--backends": "backends", "--workloads": "workloads", "--size": "size", "--device": "device",
-           "--batch": "batches", "--dtype": "dtypes", "--suite": "suite", "--workload-file": "workload_files",
-           "--model": "workload_files", "--prompt-len": "prompt_len", "--gen-len": "gen_len",
-           "--threads": "threads", "--seed": "seed", "--cache": "cache", "--allocator": "allocator",
-           "--processes": "processes", "--thread-spin": "thread_spin",
-           "--reference-processes": "reference_processes", "--affinity": "affinity",
-           "--numerics-draws": "numerics_draws", "--calibration-batches": "calibration_batches",
-           "--roofline": "roofline", "--tuning-logs": "cache_root",
-           "--executor": "executor", "--ray-share-cores": "ray_share_cores", "--scenario": "scenario",
-           "--server-p99-ms": "server", "--server-run-ms": "server", "--server-runs": "server",
-           # reporting only, but the kept cells were made without (or with) it: refused, never ignored
-           "--explain": "explain", "--crosscheck": "crosscheck"}
-# Options that do not change what a cell measures may differ on resume (e.g. a shorter timeout).
-OVERRIDABLE = {"--timeout": "timeout_s", "--memory-limit": "memory_limit_mb", "--time-budget": "timing",
-               "--min-samples": "timing", "--sample-warmup": "timing", "--keep-work-dirs": "keep_work_dirs",
-               "--interleave": "interleave", "--noise-probe": "noise_probe_s", "--ray-address": "ray_address"}
-# Flags that say how to run this command, not what a cell is: always fine.
-NEUTRAL = {"--resume", "--quiet", "--history", "--no-history", "--help"}
+# The resume policy of each run option is declared with its flag (``compare.cli._arg``) and
+# reaches ``plan_resume`` as ``policy``: flag -> (rule, RunConfig field).
+CHECKED, OVERRIDABLE, NEUTRAL = "checked", "overridable", "neutral"
 
 
 class ResumeRefused(ValueError):
@@ -42,10 +26,14 @@ class ResumePlan:
     rerun: int  # transient cells that will run again
 
 
-def plan_resume(stored: RunResults, config, requested, explicit: set[str], now: dict[str, Any]) -> ResumePlan:
+def plan_resume(stored: RunResults, config, requested, explicit: set[str], now: dict[str, Any],
+                policy: dict[str, tuple[str, str | None]]) -> ResumePlan:
     """``config``: the stored run's; ``requested``: what the command line asks, of which
-    ``explicit`` flags were given; ``now``: this machine's environment."""
-    for flag, attr in CHECKED.items():
+    ``explicit`` flags were given; ``now``: this machine's environment; ``policy``: each
+    run option's resume rule and field, as its flag declares them."""
+    ruled: dict[str, dict[str, str]] = {rule: {flag: attr or "" for flag, (r, attr) in policy.items() if r == rule}
+                                        for rule in (CHECKED, OVERRIDABLE, NEUTRAL)}
+    for flag, attr in ruled[CHECKED].items():
         if flag in explicit and getattr(requested, attr) != getattr(config, attr):
             raise ResumeRefused(f"{flag} was {getattr(config, attr)} in that run, now {getattr(requested, attr)}; "
                                 "start a new run instead")
@@ -54,11 +42,12 @@ def plan_resume(stored: RunResults, config, requested, explicit: set[str], now: 
         then, asked = config.options.get(name, default), requested.options.get(name, default)
         if flag in explicit and asked != then:
             raise ResumeRefused(f"{flag} was {_shown(then)} in that run, now {_shown(asked)}; start a new run instead")
-    unknown = sorted(explicit - set(CHECKED) - set(OVERRIDABLE) - NEUTRAL - set(options))
+    unknown = sorted(explicit - set(ruled[CHECKED]) - set(ruled[OVERRIDABLE]) - set(ruled[NEUTRAL]) - set(options)
+                     - {"--help"})
     if unknown:
         raise ResumeRefused(f"{unknown[0]} cannot be given with --resume (it is not checked against the "
                             "stored run); start a new run instead")
-    for flag, attr in OVERRIDABLE.items():
+    for flag, attr in ruled[OVERRIDABLE].items():
         if flag in explicit:
             setattr(config, attr, getattr(requested, attr))
     then = stored.environment
