@@ -14,12 +14,10 @@ from typing import Sequence
 
 from adapters import CommandUsage, backend_subcommands
 from compare.commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command, wide_console
-from compare.config import UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
+from compare.config import COMMAND_DEFAULTS, UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
 
 EXIT_USAGE = 2
 EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
-DEFAULT_BACKENDS = "inductor,ort,tvm,iree"
-DEFAULT_PAPER_BACKENDS = "inductor,ort,tvm-untuned,tvm,iree"
 SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", "reference", "noise",
                "explain", "crosscheck", "bisect", "stability", "system")  # and those backends bring (Backend.subcommand)
 
@@ -120,23 +118,24 @@ def _cpu_list(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser, default_backends: str, numerics_draws: int) -> None:
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The run's options in sections, as ``--help`` prints them."""
     group = parser.add_argument_group
-    _add_selection(group("selection", "what runs: backends, workloads, sizes, precisions, device"), default_backends)
+    _add_selection(group("selection", "what runs: backends, workloads, sizes, precisions, device"))
     _add_execution(group("execution", "how cells run: threads, limits, caches"))
-    _add_timing(group("sampling", "how latency and numerics are sampled, and in which scenario"), numerics_draws)
+    _add_timing(group("sampling", "how latency and numerics are sampled, and in which scenario"))
     _add_conditions(group("conditions", "run conditions recorded with the results"))
     _add_outputs(group("outputs", "where results go, and resuming"))
     _add_backend_options(group("backend options", "each backend's own settings (adapters' options)"))
 
 
-def _add_selection(parser: Arguments, default_backends: str) -> None:
+def _add_selection(parser: Arguments) -> None:
     """What runs: backends, workloads, sizes, batches, precisions, device."""
     from workloads import SIZES, SUITES
 
-    _arg(parser, "--backends", resume=CHECKED, field="backends", type=_csv, default=_csv(default_backends),
-         help=f"comma-separated backends to compare with eager (default: {default_backends})")
+    run, paper = (COMMAND_DEFAULTS[c]["backends"] for c in ("run", "paper"))
+    _arg(parser, "--backends", resume=CHECKED, field="backends", type=_csv, default=None,
+         help=f"comma-separated backends to compare with eager (default: {','.join(run)}; paper: {','.join(paper)})")
     _arg(parser, "--workloads", resume=CHECKED, field="workloads", type=_csv, default=None,
          help="comma-separated workloads from any suite (default: the --suite's)")
     _arg(parser, "--suite", resume=CHECKED, field="suite", choices=SUITES, default=None,
@@ -190,7 +189,7 @@ def _add_execution(parser: Arguments) -> None:
 SCENARIOS = ("back-to-back", "single-stream", "offline", "server")
 
 
-def _add_timing(parser: Arguments, numerics_draws: int) -> None:
+def _add_timing(parser: Arguments) -> None:
     """How latency and numerics are sampled."""
     from compare.harness.runner import RunConfig
     from compare.measure.timing import TimingConfig
@@ -225,8 +224,9 @@ def _add_timing(parser: Arguments, numerics_draws: int) -> None:
          help="at least K processes for the eager-only reference, pooled, so that one process's "
               f"offset does not shift every comparison with it (default {RunConfig.reference_processes}, "
               "1 with --suite zoo)")
-    _arg(parser, "--numerics-draws", resume=CHECKED, field="numerics_draws", type=_positive_int, default=numerics_draws, metavar="K",
-         help=f"fresh input draws for the numerics check, worst case kept (default {numerics_draws})")
+    run, paper = (COMMAND_DEFAULTS[c]["numerics_draws"] for c in ("run", "paper"))
+    _arg(parser, "--numerics-draws", resume=CHECKED, field="numerics_draws", type=_positive_int, default=None,
+         metavar="K", help=f"fresh input draws for the numerics check, worst case kept (default {run}; paper {paper})")
     _arg(parser, "--calibration-batches", resume=CHECKED, field="calibration_batches", type=_positive_int,
          default=RunConfig.calibration_batches, metavar="N",
                         help="--dtype int8: seeded batches of the workload's inputs that every backend's quantizer "
@@ -313,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="measure workloads x backends (the default command)")
-    _add_run_arguments(run, DEFAULT_BACKENDS, numerics_draws=1)
+    _add_run_arguments(run)
     extra = run.add_argument_group("instruments", "what each cell measures besides its latency")
     _arg(extra, "--roofline", resume=CHECKED, field="roofline", action="store_true",
          help="measure this machine's ceilings and place every cell")
@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
               "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
-    _add_run_arguments(paper, DEFAULT_PAPER_BACKENDS, numerics_draws=5)
+    _add_run_arguments(paper)
     protocol = paper.add_argument_group("the survey's protocol", "its dynamic-shape part and the fusion profiles")
     _arg(protocol, "--dynamic-sizes", resume=REFUSED, type=_positive_int, default=4, metavar="K",
          help="distinct sizes of the varying dimension (default 4)")

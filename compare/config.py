@@ -117,6 +117,11 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
 # 3 processes its one cell took longer than the whole of the other compilers' row. One
 # round for a call slower than the time budget (fast calls still sample to the budget or
 # a precise median), and 10 minutes per cell at most, keep the zoo within its 2 hours.
+# The defaults of the options each command leaves unset: ``paper`` is ``run`` with these.
+COMMAND_DEFAULTS: dict[str, dict] = {
+    "run": {"backends": ["inductor", "ort", "tvm", "iree"], "numerics_draws": 1},
+    "paper": {"backends": ["inductor", "ort", "tvm-untuned", "tvm", "iree"], "numerics_draws": 5},
+}
 SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"processes": 1, "reference_processes": 1, "interleave": "off",
                                            "min_samples": 1, "timeout": 600.0}}
 
@@ -135,7 +140,8 @@ def suite_defaults(args: argparse.Namespace) -> dict:
 
     run = {"processes": RunConfig.processes, "reference_processes": RunConfig.reference_processes,
            "interleave": "on" if RunConfig.interleave else "off", "min_samples": TimingConfig.min_samples,
-           "timeout": RunConfig.timeout_s}
+           "timeout": RunConfig.timeout_s,
+           **COMMAND_DEFAULTS["paper" if getattr(args, "command", None) == "paper" else "run"]}
     preset = SUITE_DEFAULTS.get(getattr(args, "suite", None) or "", {})
     applied = {}
     for name, default in run.items():
