@@ -81,3 +81,26 @@ def test_cuda_inductor_runs_and_agrees(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cell = next(c for c in load_results(tmp_path)["cells"] if c["backend"] == "inductor")
     assert cell["status"] == "ok" and cell["numerics_ok"] and cell["info"]["cuda_peak_allocated_mb"] > 0
+
+
+@pytest.mark.slow
+def test_the_gpu_script_runs_in_parts_each_cut_off_at_its_limit_with_its_cells_saved(tmp_path):
+    """scripts/gpu_check.sh tried without a GPU (DEVICE=cpu): the listing finishes, the survey
+    is cut off at its limit and still writes what it finished, a part with limit 0 is skipped."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DEVICE": "cpu", "SIZE": "small", "BACKENDS": "inductor", "LIMITS": "60 25 0 0",
+           "OUT": str(tmp_path), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu_check.sh")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    parts = (tmp_path / "gpu-check" / "parts.txt").read_text().splitlines()
+    assert parts[0].startswith("part list: finished"), proc.stdout + proc.stderr
+    assert parts[1].startswith("part survey: cut off at its limit"), parts
+    assert parts[2:] == ["part models: skipped (limit 0)", "part llm: skipped (limit 0)"]
+    survey = json.loads((tmp_path / "gpu-check" / "survey" / "results.json").read_text())
+    assert survey["state"] == "interrupted" and (tmp_path / "gpu-check" / "survey" / "summary.md").exists()
