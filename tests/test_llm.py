@@ -333,3 +333,34 @@ def test_weight_only_without_a_decode_workload_is_one_line_and_exit_2(capsys):
     assert cli.main(["--suite", "paper", "--dtype", "int4wo", "--backends", "ort"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "measured on the decode suite" in err[0]
+
+
+@pytest.mark.unit
+def test_a_reduced_precision_decoder_is_judged_beside_eager_at_its_precision_on_fp32s_sequence():
+    from compare.measure.accuracy import REDUCED_TOP1_MARGIN, reduced_precision_decode_verdict
+
+    def acc(top1, finite=True):
+        return {"top1_agreement": top1, "finite": finite}
+
+    assert reduced_precision_decode_verdict(acc(0.90), acc(0.92), "bf16") is None  # within the margin
+    assert reduced_precision_decode_verdict(acc(1.0), acc(0.80), "bf16") is None  # closer to fp32 than eager
+    below = reduced_precision_decode_verdict(acc(0.92 - REDUCED_TOP1_MARGIN - 0.01), acc(0.92), "fp16")
+    assert below is not None and "below fp16 eager's own 92%" in below
+    assert reduced_precision_decode_verdict(acc(0.9, finite=False), acc(0.9), "bf16") == "non-finite logits"
+
+
+@pytest.mark.slow
+def test_a_bf16_decode_cell_is_read_on_fp32_eagers_sequence(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("--workloads", "llama_decode", "--size", "small", "--dtype", "bf16", "--backends", "inductor",
+                   "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr
+    cells = {c["backend"]: c for c in load_results(out)["cells"]}
+    for backend in ("eager", "inductor"):
+        decode = cells[backend]["decode"]
+        assert decode["accuracy_vs_fp32"]["steps"] == len(decode["fp32_token_ids"]) > 0, backend
+        assert 0.0 <= decode["eager_accuracy_vs_fp32"]["top1_agreement"] <= 1.0
+    # eager at bf16 is its own precision's reference: it reads fp32's sequence exactly as itself
+    eager = cells["eager"]["decode"]
+    assert eager["accuracy_vs_fp32"] == eager["eager_accuracy_vs_fp32"] and cells["eager"]["numerics_ok"]
+    assert "vs fp32 eager: top-1" in (out / "summary.md").read_text()

@@ -114,3 +114,25 @@ def next_token_accuracy(logits: Sequence[Any], reference: Sequence[Any], weights
             "mean_kl": sum(kls) / len(kls) if kls and finite else None,
             "max_kl": max(kls) if kls and finite else None, "steps": len(agree), "finite": finite,
             "note": f"trained weights from {weights}" if weights else RANDOM_WEIGHTS_NOTE}
+
+
+# A bf16 or fp16 decoder parts from its own eager's greedy tokens within a few steps on
+# random weights (summation order decides near-ties), so its tokens are read as the
+# weight-only ones are: fed fp32 eager's sequence, top-1 agreement with fp32 eager. The
+# backend passes when its agreement is at most this far below eager's at the same precision.
+REDUCED_TOP1_MARGIN = 0.05
+
+
+def reduced_precision_decode_verdict(accuracy: dict[str, Any], eager_accuracy: dict[str, Any],
+                                     dtype: str) -> str | None:
+    """None when a reduced-precision decoder reads fp32 eager's sequence about as well as
+    eager at its precision does; else the reason, in one line."""
+    if not accuracy.get("finite", False):
+        return "non-finite logits"
+    got, eager = accuracy.get("top1_agreement"), eager_accuracy.get("top1_agreement")
+    if got is None or eager is None:
+        return None
+    if got < eager - REDUCED_TOP1_MARGIN:
+        return (f"top-1 agreement with fp32 eager {got:.0%}, below {dtype} eager's own {eager:.0%} by more than "
+                f"{REDUCED_TOP1_MARGIN:.0%}")
+    return None

@@ -402,11 +402,15 @@ def _fmt_rate_speedup(speedup: dict[str, Any] | None) -> str:
 
 def _decode_tokens(decode: dict[str, Any]) -> str:
     accuracy = decode.get("accuracy_vs_fp32")
-    if accuracy:  # weight-only: read on fp32 eager's sequence
+    if accuracy:  # weight-only, bf16 and fp16: read on fp32 eager's sequence
         kl = accuracy.get("mean_kl")
         weights = "trained" if str(accuracy.get("note", "")).startswith("trained") else "random"
-        return (f"vs fp32 eager: top-1 {accuracy['top1_agreement']:.0%}, mean KL "
-                f"{'-' if kl is None else f'{kl:.3g}'} ({weights} weights)")
+        eager = decode.get("eager_accuracy_vs_fp32")  # bf16/fp16: eager at the cell's precision, read alike
+        beside = f" (eager at this precision {eager['top1_agreement']:.0%})" if eager else ""
+        parted = ("" if not eager or decode.get("token_ids_agree")
+                  else f"; parts from its eager's tokens at {decode.get('first_divergent_step')}")
+        return (f"vs fp32 eager: top-1 {accuracy['top1_agreement']:.0%}{beside}, mean KL "
+                f"{'-' if kl is None else f'{kl:.3g}'} ({weights} weights){parted}")
     if decode.get("token_ids_agree"):
         return "agree"
     return f"differ from token {decode.get('first_divergent_step')}"

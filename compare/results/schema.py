@@ -375,7 +375,8 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
                 "decode_own_tg_tokens_per_s": own.get("tg_tokens_per_s")})
     accuracy = decode.get("accuracy_vs_fp32") or {}
     row.update({"decode_top1_agreement_vs_fp32": accuracy.get("top1_agreement"),
-                "decode_mean_kl_vs_fp32": accuracy.get("mean_kl")})
+                "decode_mean_kl_vs_fp32": accuracy.get("mean_kl"),
+                "decode_eager_top1_agreement_vs_fp32": (decode.get("eager_accuracy_vs_fp32") or {}).get("top1_agreement")})
     for rate in ("pp", "tg"):
         speedup = decode.get(f"{rate}_speedup") or {}
         ci = speedup.get("ci") or [None, None]

@@ -28,6 +28,7 @@ from compare.results.roles import REFERENCE_SIDE
 from compare.worker import steps
 
 PARTS = ("prefill", "decode")
+REDUCED_ELEMENT_TYPES = ("bf16", "fp16")  # read on fp32 eager's sequence (reduced_precision_decode_verdict)
 CACHE_STRATEGY = "static-padded"
 
 
@@ -57,6 +58,7 @@ class DecodeSetup:
     prompt: Any
     model: Any  # handed to the backend (its two modules share these weights)
     reference: Any  # eager: the timing and the token reference
+    fp32_reference: Any = None  # bf16/fp16 cells: fp32 eager, whose sequence the tokens are read on
 
     @classmethod
     def build(cls, spec: CellSpec) -> "DecodeSetup":
@@ -66,10 +68,12 @@ class DecodeSetup:
         (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
         workload = with_lengths(workload, spec.prompt_len, spec.gen_len).with_batch(spec.batch)
         dtype = torch_dtype(spec.dtype)
-        model = build_model(workload, spec.size, spec.seed).to(device=spec.device, dtype=dtype)
+        fp32 = build_model(workload, spec.size, spec.seed).to(device=spec.device)
+        reduced = spec.dtype in REDUCED_ELEMENT_TYPES
+        model = copy.deepcopy(fp32).to(dtype) if reduced else fp32.to(dtype=dtype)
         reference = copy.deepcopy(model)  # the same weights; a second build from the config takes longer
         (prompt,) = make_inputs(workload.input_specs(spec.size), spec.seed, spec.device)
-        return cls(dict(workload.params(spec.size)), prompt, model, reference)
+        return cls(dict(workload.params(spec.size)), prompt, model, reference, fp32 if reduced else None)
 
     @property
     def new_tokens(self) -> int:
@@ -154,11 +158,11 @@ def merged_compile(backend, ctx, results: dict, spec: CellSpec) -> dict[str, Any
             "info": {part: steps.cell_info(results[part]) for part in PARTS}}
 
 
-def eager_pair(setup: DecodeSetup, device: str) -> DecodePair:
+def eager_pair(setup: DecodeSetup, device: str, model: Any = None) -> DecodePair:
     from adapters.eager import TorchCompiled
 
-    return DecodePair(TorchCompiled(setup.reference.prefill_module(), device),
-                      TorchCompiled(setup.reference.decode_module(), device))
+    model = setup.reference if model is None else model
+    return DecodePair(TorchCompiled(model.prefill_module(), device), TorchCompiled(model.decode_module(), device))
 
 
 def first_divergence(got: list, expected: list) -> int | None:
@@ -167,33 +171,58 @@ def first_divergence(got: list, expected: list) -> int | None:
 
 
 def check_tokens(pair: DecodePair, reference: DecodePair, setup: DecodeSetup,
-                 weight_only: bool = False) -> tuple[dict[str, Any], Generation]:
+                 weight_only: bool = False, dtype: str = "fp32") -> tuple[dict[str, Any], Generation]:
     """One generation of each: the token ids against eager's, and the worst logit error
     over the steps before any divergence (after it the two see different tokens). A
     weight-only cell is expected to part from fp32 eager: it is judged finite, and its
-    accuracy is read on eager's own sequence (``next_token_accuracy``)."""
+    accuracy is read on eager's own sequence (``next_token_accuracy``). A bf16/fp16 cell is
+    read on fp32 eager's sequence beside eager at its precision (``reduced_precision_reading``);
+    where it parts from that eager's tokens is still recorded."""
     expected = generate(reference, setup.prompt, setup.new_tokens, keep_logits=True)
     got = generate(pair, setup.prompt, setup.new_tokens, keep_logits=True)
     diverged = first_divergence(got.tokens, expected.tokens)
     agreeing = setup.new_tokens if diverged is None else diverged
     errors = [float((a.double() - b.double()).abs().max()) for a, b in zip(got.logits[:agreeing], expected.logits)]
     finite = all(bool(logits.isfinite().all()) for logits in got.logits)
-    accuracy = None
+    accuracy, read = None, {}
     if weight_only:
         from compare.measure.accuracy import next_token_accuracy
 
         forced = generate(pair, setup.prompt, setup.new_tokens, keep_logits=True, forced=expected.tokens)
         accuracy = next_token_accuracy(forced.logits, expected.logits, setup.params.get("weights"))
+    elif setup.fp32_reference is not None:
+        read = reduced_precision_reading(pair, reference, setup, dtype)
     error = None
-    if diverged is not None and not weight_only:
+    if read:
+        error = read.pop("error")
+    elif diverged is not None and not weight_only:
         error = f"generated token ids differ from eager's from new token {diverged} (of {setup.new_tokens})"
-    elif not finite or (accuracy is not None and not accuracy["finite"]):
+    if error is None and (not finite or (accuracy is not None and not accuracy["finite"])):
         error = "non-finite logits"
     record = {"token_ids_agree": diverged is None, "first_divergent_step": diverged,
               "token_ids": got.tokens, "eager_token_ids": expected.tokens,
-              **({"accuracy_vs_fp32": accuracy} if accuracy is not None else {})}
+              **({"accuracy_vs_fp32": accuracy} if accuracy is not None else {}), **read}
     return {"numerics_ok": error is None, "numerics_error": error, "numerics_draws": 1,
             "max_abs_err": max(errors) if errors else None, "decode": record}, got
+
+
+def reduced_precision_reading(pair: DecodePair, reference: DecodePair, setup: DecodeSetup,
+                              dtype: str) -> dict[str, Any]:
+    """A bf16/fp16 cell read as the weight-only ones are: the backend and eager at its
+    precision each fed fp32 eager's greedy sequence; the backend is judged against eager's
+    own agreement (``reduced_precision_decode_verdict``), not on the tokens eager at its
+    precision chose (they part within a few steps on random weights)."""
+    from compare.measure.accuracy import next_token_accuracy, reduced_precision_decode_verdict
+
+    fp32 = generate(eager_pair(setup, setup.prompt.device.type, setup.fp32_reference), setup.prompt,
+                    setup.new_tokens, keep_logits=True)
+    weights = setup.params.get("weights")
+    sides = {name: generate(p, setup.prompt, setup.new_tokens, keep_logits=True, forced=fp32.tokens)
+             for name, p in (("backend", pair), ("eager", reference))}
+    accuracy = next_token_accuracy(sides["backend"].logits, fp32.logits, weights)
+    eager = next_token_accuracy(sides["eager"].logits, fp32.logits, weights)
+    return {"accuracy_vs_fp32": accuracy, "eager_accuracy_vs_fp32": eager, "fp32_token_ids": fp32.tokens,
+            "error": reduced_precision_decode_verdict(accuracy, eager, dtype)}
 
 
 def time_generations(pair: DecodePair, reference: DecodePair, setup: DecodeSetup, spec: CellSpec):
@@ -272,7 +301,7 @@ def measure(spec: CellSpec, backend, ctx, torch_import_s: float) -> protocol.Cel
     reference = eager_pair(setup, spec.device)
     graphs_before = dynamo_graphs()
     steps.emit(phase="numerics")
-    numerics, first = check_tokens(pair, reference, setup, weight_only=bits is not None)
+    numerics, first = check_tokens(pair, reference, setup, weight_only=bits is not None, dtype=spec.dtype)
     steps.emit(phase="timing")
     pair.step.own_timings(reset=True)  # its own counters cover the timed generations (warm-ups included)
     timed, parts = time_generations(pair, reference, setup, spec)
