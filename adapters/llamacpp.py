@@ -25,8 +25,10 @@ from typing import Any, Sequence
 from .base import Backend, BackendOptions, BackendUnavailable, CompileContext, Compiled, CompileResult, option
 
 # transformers class -> gguf.MODEL_ARCH member; Llama's q/k need llama.cpp's rotary layout.
-ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2"}
+ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2", "Gemma3ForCausalLM": "GEMMA3"}
 PERMUTED = {"LLAMA"}
+# Gemma's RMSNorm scales by (1 + weight); llama.cpp's by weight: convert_hf_to_gguf adds 1.
+NORM_SHIFTED = {"GEMMA3"}
 # --dtype -> (the file llama.cpp runs, the KV cache type): the cache follows the activations.
 FILE_TYPES = {"fp32": ("F32", "F32"), "fp16": ("F16", "F16"), "bf16": ("BF16", "BF16"), "int8wo": ("Q8_0", "F32"),
               "int4wo": ("Q4_0", "F32")}
@@ -89,6 +91,8 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
     writer.add_rope_freq_base(float(rope_theta(config)))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
+    if getattr(config, "sliding_window", None):  # Gemma 3's local layers (llama.cpp sets their 5:1 pattern)
+        writer.add_sliding_window(config.sliding_window)
     writer.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                           "BF16": gguf.LlamaFileType.MOSTLY_BF16}[file_type])
     writer.add_tokenizer_model("none")
@@ -102,6 +106,8 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
         if target is None:
             raise BackendUnavailable(f"no GGUF name for {name}")
         data = tensor.detach().float().cpu().numpy()
+        if arch_name in NORM_SHIFTED and name.endswith("norm.weight"):
+            data = data + 1.0
         if arch_name in PERMUTED and name.endswith("q_proj.weight"):
             data = permute_rotary(data, heads)
         elif arch_name in PERMUTED and name.endswith("k_proj.weight"):
@@ -126,6 +132,7 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
 def rope_theta(config: Any) -> float:
     """RoPE's base: transformers 5 keeps it in ``rope_parameters``, older configs at the top."""
     parameters = getattr(config, "rope_parameters", None) or {}
+    parameters = parameters.get("full_attention", parameters)  # Gemma 3: per layer type; GGUF takes the global
     return parameters.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0
 
 

@@ -54,7 +54,7 @@ def test_llamacpp_takes_decode_workloads_only():
 
 @needs_gguf
 @pytest.mark.unit
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
 def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family):
     import gguf
 
@@ -71,6 +71,13 @@ def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family
         assert {f"blk.{layer}.{p}.weight" for p in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
                                                    "ffn_down", "attn_norm", "ffn_norm")} <= set(names)
     assert ("blk.0.attn_q.bias" in names) == (family == "qwen2")  # Qwen2's q/k/v biases
+    if family == "gemma3":  # QK-norm, the sandwich norms, (1 + weight) written as llama.cpp's weight
+        assert {f"blk.0.{p}.weight" for p in ("attn_q_norm", "attn_k_norm", "post_attention_norm",
+                                              "post_ffw_norm")} <= set(names)
+        norm = lm.model.layers[0].input_layernorm.weight.detach().numpy()
+        assert abs(float(names["blk.0.attn_norm.weight"].data[0]) - (float(norm[0]) + 1.0)) < 1e-6
+        assert int(reader.fields["gemma3.attention.sliding_window"].parts[-1][0]) == config.sliding_window
+        assert float(reader.fields["gemma3.rope.freq_base"].parts[-1][0]) == 1e6  # the global layers
     fields = reader.fields
     assert bytes(fields["tokenizer.ggml.model"].parts[-1]).decode() == "none"
     assert int(fields[f"{written['arch']}.vocab_size"].parts[-1][0]) == config.vocab_size
@@ -81,13 +88,13 @@ def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family
 # fp16 and bf16 in the slow tier: each is 25 s of the default suite's 15 minutes.
 @pytest.mark.parametrize("dtype", ["fp32", pytest.param("fp16", marks=pytest.mark.slow),
                                    pytest.param("bf16", marks=pytest.mark.slow)])
-def test_llama_and_qwen2_generate_eagers_tokens_through_llamacpp(tmp_path, dtype):
+def test_llama_qwen2_and_gemma3_generate_eagers_tokens_through_llamacpp(tmp_path, dtype):
     out = tmp_path / "run"
-    proc = run_cli("--workloads", "llama_decode,qwen2_decode", "--size", "small", "--dtype", dtype,
+    proc = run_cli("--workloads", "llama_decode,qwen2_decode,gemma3_decode", "--size", "small", "--dtype", dtype,
                    "--backends", "llamacpp", "--threads", "2", *FAST, "--output-dir", out, "--no-history", "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = [c for c in load_results(out)["cells"] if c["backend"] == "llamacpp"]
-    assert len(cells) == 2
+    assert len(cells) == 3
     for cell in cells:
         decode = cell["decode"]
         assert cell["status"] == "ok" and cell["numerics_ok"], (cell["workload"], cell["error"], cell["numerics_error"])
