@@ -364,3 +364,32 @@ def test_a_bf16_decode_cell_is_read_on_fp32_eagers_sequence(tmp_path):
     eager = cells["eager"]["decode"]
     assert eager["accuracy_vs_fp32"] == eager["eager_accuracy_vs_fp32"] and cells["eager"]["numerics_ok"]
     assert "vs fp32 eager: top-1" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("part", ["prefill", "decode"])
+def test_a_failed_decode_cell_gets_a_standalone_reproducer_of_its_module(tmp_path, monkeypatch, part):
+    """The script rebuilds the decoder without dlcompare and hands the failing module with its
+    inputs to the backend's snippet (here a stand-in that calls it and prints the shapes)."""
+    import subprocess
+    import sys
+
+    from compare.report import reproducers
+    from compare.report.text import decode_failure_markdown
+
+    class Snippet:
+        reproducer = "with torch.no_grad():\n    print([tuple(t.shape) for t in model(*inputs)])\n"
+
+    monkeypatch.setattr(reproducers, "backend_class", lambda name: Snippet)
+    failed = Cell(workload="llama_decode", backend="ort", status="failed", size="small",
+                  error=f"{part}: RuntimeError: no kernel for something")
+    toy = Cell(workload="gpt2_decode", backend="ort", status="failed", size="small", error="prefill: x")
+    results = RunResults(environment={"versions": {"torch": "2.13.0"}}, config={}, cells=[failed, toy], run_id="r")
+    assert list(reproducers.decode_failures(results)) == [("llama_decode", "ort")]  # the toy has no transformers model
+    assert "## LLM decode failures, with reproducers" in "\n".join(decode_failure_markdown(results))
+    (path,) = reproducers.write_decode_reproducers(results, tmp_path)
+    assert path == f"reproducers/llama_decode__ort__{part}.py"
+    proc = subprocess.run([sys.executable, str(tmp_path / path)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shapes = proc.stdout.strip()
+    assert shapes.startswith("[(1, ") and shapes.count("(") == 3  # logits, k_cache, v_cache

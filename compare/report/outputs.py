@@ -22,11 +22,11 @@ def write_outputs(results: RunResults, run_dir: str | Path, *, record: bool = Tr
 
         write_html(results, run_dir)
         from compare.report import coverage
+        from compare.report.reproducers import write_decode_reproducers, write_reproducers
 
         if coverage.applies(results):
-            from compare.report.reproducers import write_reproducers
-
             write_reproducers(results, run_dir)
+        write_decode_reproducers(results, run_dir)
         if "dynamic_shapes" in results.experiments or "roofline_ceilings" in results.experiments:
             from compare.report.paper import write_paper
 

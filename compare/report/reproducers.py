@@ -1,4 +1,5 @@
-"""A standalone script per distinct failure of a zoo or ``--model`` run, ready to file upstream:
+"""A standalone script per distinct failure of a zoo or ``--model`` run (and per failed LLM
+decode cell: its prefill or decode step alone), ready to file upstream:
 the model built as the cell built it (the config inline, seeded random weights, the same call),
 the same inputs, and the failing backend's own API alone (``Backend.reproducer``), without
 dlcompare. ``reproducers/<model>__<backend>.py`` in the run folder; the coverage matrix links
@@ -112,4 +113,92 @@ def write_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
         text = script(record, workload, entry_of(workload, record["size"]), backend_class(backend).reproducer, versions)
         atomic_write_text(Path(run_dir) / rel, text)
         written.append(rel)
+    return written
+
+
+# --- LLM decode cells: the prefill or the decode step that failed, alone -------------------
+
+DECODE_PARTS = ("prefill", "decode")
+
+
+def decode_failures(results: RunResults) -> dict[tuple[str, str], dict[str, str]]:
+    """{(label, backend): {part, error, path}} for every decode cell whose prefill or decode
+    step failed to lower (the worker names the part first in the error), where its backend
+    has a reproducer snippet. Weight-only cells are left out: the snippet lowers a float module."""
+    from compare.measure.numerics import WEIGHT_ONLY
+    from workloads import resolve_workloads
+
+    found = {}
+    for cell in results.cells:
+        part, _, error = (cell.error or "").partition(": ")
+        if cell.status != "failed" or part not in DECODE_PARTS or cell.dtype in WEIGHT_ONLY:
+            continue
+        (workload,) = resolve_workloads([cell.workload], results.config.get("workload_files", []))
+        if not workload.params(cell.size).get("origin"):  # a hand-written decoder: no transformers model
+            continue
+        try:
+            snippet = getattr(backend_class(cell.backend), "reproducer", None)
+        except Exception:  # a backend no longer known here: no script
+            snippet = None
+        if snippet:
+            path = f"reproducers/{coverage.slug(cell.label)}__{coverage.slug(cell.backend)}__{part}.py"
+            found[(cell.label, cell.backend)] = {"part": part, "error": coverage.first_line(error), "path": path}
+    return found
+
+
+def decode_script(cell, workload, entry: dict[str, Any], failure: dict[str, str], snippet: str, versions: dict,
+                  lengths: tuple[int | None, int | None]) -> str:
+    """The decoder as the cell built it (transformers' model from its config, seeded random
+    weights, the decode suite's explicit-cache wrapper inlined), and the failing module alone."""
+    import inspect
+
+    from workloads.llm import with_lengths
+    from workloads.nets import hf_decoder
+    from workloads.zoo import sized_config
+
+    workload = with_lengths(workload, *lengths)
+    params = workload.params(cell.size)
+    wrapper = [line for line in inspect.getsource(hf_decoder).splitlines() if line != "from __future__ import annotations"]
+    config = {k: v for k, v in sized_config(entry, cell.size).items() if k != "architectures"}
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(cell.dtype)
+    head = [f'"""Reproducer: the {failure["part"]} of {cell.label} through {cell.backend} (failed).', "",
+            f"dlcompare saw: {failure['error']}", "",
+            "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
+            f"Model: {workload.description}", '"""']
+    build = ["import transformers", "", "torch.manual_seed(0)", "torch.set_num_threads(2)",
+             f"config = transformers.AutoConfig.for_model(**{config!r})",
+             f"cls = transformers.{entry['class']}",
+             'attention = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"',
+             f"decoder = HFDecoder(cls._from_config(config, attn_implementation=attention).eval(), {params['max_len']})",
+             *([f"decoder = decoder.to({dtype})"] if dtype else []),
+             *input_code(workload.input_specs(cell.size))]
+    if failure["part"] == "prefill":
+        build += ["model = decoder.prefill_module().eval()"]
+    else:  # the decode step's inputs as the generation feeds them: the prefill's caches and token
+        build += ["with torch.no_grad():", "    logits, k_cache, v_cache = decoder.prefill_module()(*inputs)",
+                  f"position = torch.tensor([{params['prompt']}], dtype=torch.int64)",
+                  "inputs = [logits.argmax(-1, keepdim=True), position, k_cache, v_cache]",
+                  "model = decoder.decode_module().eval()"]
+    return "\n".join([*head, *wrapper, "", *build, "", snippet.rstrip(), ""])
+
+
+def write_decode_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
+    """A script per failed decode cell of a transformers decoder (``decode_failures``)."""
+    from workloads import resolve_workloads
+
+    failures = decode_failures(results)
+    versions = dict(results.environment.get("versions", {}))
+    lengths = (results.config.get("prompt_len"), results.config.get("gen_len"))
+    written = []
+    for cell in results.cells:
+        failure = failures.get((cell.label, cell.backend))
+        if failure is None:
+            continue
+        (workload,) = resolve_workloads([cell.workload], results.config.get("workload_files", []))
+        entry = entry_of(workload, cell.size)
+        if entry is None:
+            continue
+        text = decode_script(cell, workload, entry, failure, backend_class(cell.backend).reproducer, versions, lengths)
+        atomic_write_text(Path(run_dir) / failure["path"], text)
+        written.append(failure["path"])
     return written

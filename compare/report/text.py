@@ -423,6 +423,21 @@ def _own_rates(own: dict[str, Any] | None) -> str:
     return f"{own['pp_tokens_per_s']:.4g} / {own['tg_tokens_per_s']:.4g}"
 
 
+def decode_failure_markdown(results: RunResults) -> list[str]:
+    """The decode cells whose prefill or decode step failed to lower, each with its reproducer."""
+    from compare.report.reproducers import decode_failures
+
+    failures = decode_failures(results)
+    if not failures:
+        return []
+    rows = [{"cell": f"{label} / {backend}", "part": f["part"], "error": f["error"],
+             "reproducer": f"[{f['path']}]({f['path']})"} for (label, backend), f in failures.items()]
+    return ["", "## LLM decode failures, with reproducers", "", pd.DataFrame(rows).to_markdown(index=False), "",
+            "Each script builds the decoder as the cell did (transformers' model from its config, seeded "
+            "random weights, the explicit-cache wrapper inline) and lowers the failing module with the "
+            "backend's own API alone."]
+
+
 def decode_rows(results: RunResults) -> list[dict[str, Any]]:
     """--suite llm: per decode cell, the backend's figures, the in-cell eager's, and whether
     the greedy token ids agree with eager's."""
@@ -543,6 +558,7 @@ def summary_markdown(results: RunResults) -> str:
     decodes = decode_rows(results)
     if decodes:
         lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
+    lines += decode_failure_markdown(results)
     throughput = throughput_rows(results)
     if throughput:
         lines += ["", "## Throughput (offline)", "", pd.DataFrame(throughput).to_markdown(index=False),
