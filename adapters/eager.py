@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .base import Backend, CompileContext, Compiled, CompileResult
-from .profiling import CrossCheck, KernelProfile, ProfileUnavailable, torch_profile, torch_timer
+from .profiling import CrossCheck, KernelProfile, torch_cuda_profile, torch_profile, torch_timer
 
 
 class TorchCompiled(Compiled):
@@ -29,7 +29,7 @@ class TorchCompiled(Compiled):
 
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         if self._cuda:
-            raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
+            return torch_cuda_profile(self.run, prepared, calls, self.synchronize)
         return torch_profile(self.run, prepared, calls, self.synchronize)
 
     def libraries(self, prepared: Any, kinds: set[str]) -> dict[str, str] | None:

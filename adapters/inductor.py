@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, option, target_key
 from .eager import TorchCompiled
-from .profiling import KernelProfile, ProfileUnavailable, profile_second_build
+from .profiling import KernelProfile, profile_second_build, torch_cuda_profile
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -104,8 +104,8 @@ class InductorCompiled(TorchCompiled):
     def profile(self, prepared: Any, calls: int) -> KernelProfile:
         import dataclasses
 
-        if self._cuda:
-            raise ProfileUnavailable("CUDA kernels are not profiled yet (torch.profiler's CPU activities only)")
+        if self._cuda:  # the timed build itself: CUDA kernels are seen by the profiler as they are
+            return torch_cuda_profile(self.run, prepared, calls, self.synchronize)
         build = TorchCompiled(self._profiled_build(), "cpu")
         profile = profile_second_build(build.run, prepared, calls, self._warm_calls, self._fact)
         return dataclasses.replace(profile, facts={**profile.facts, "realization": REALIZATION_NOTE})

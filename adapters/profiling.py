@@ -117,6 +117,33 @@ def torch_profile(run: Callable[[Any], Any], arg: Any, calls: int, sync: Callabl
     return KernelProfile(f"torch.profiler {torch.__version__}", calls, wall, per_call(rows, calls))
 
 
+def launch_bound_share(kernel_ms: float, call_ms: float) -> float | None:
+    """How much of a call the GPU spends idle: 1 - (its kernels' device time / the call's
+    wall time). Near 0: the kernels fill the call; near 1: launches and host work decide it."""
+    if call_ms <= 0:
+        return None
+    return min(1.0, max(0.0, 1.0 - kernel_ms / call_ms))
+
+
+def torch_cuda_profile(run: Callable[[Any], Any], arg: Any, calls: int, sync: Callable[[], None]) -> KernelProfile:
+    """The CUDA kernels of ``calls`` calls from ``torch.profiler`` (CPU and CUDA activities,
+    device time per kernel), and the launch-bound share of the call (``launch_bound_share``)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        wall = wall_ms_per_call(run, arg, calls, sync)
+    rows = [(evt.key, evt.count, evt.self_device_time_total / 1e3, ()) for evt in prof.key_averages()
+            if evt.device_type == DeviceType.CUDA and evt.self_device_time_total > 0]
+    kernels = per_call(rows, calls)
+    busy = sum(k.ms for k in kernels)
+    share = launch_bound_share(busy, wall)
+    return KernelProfile(f"torch.profiler {torch.__version__} (CUDA)", calls, wall, kernels,
+                         note="device time of CUDA kernels; the rest of the call is launch and host time",
+                         facts={"gpu_busy_ms": busy, "launch_bound_share": share})
+
+
 def profile_second_build(run: Callable[[Any], Any], arg: Any, calls: int, warm_calls: int, fact: str) -> KernelProfile:
     """``torch_profile`` of a second build made to be profiled (its kernels wrapped in
     profiler records, which the timed build must not pay for), after ``warm_calls``

@@ -65,6 +65,19 @@ def test_explain_frame_counts_kernels_against_eager_ops():
     assert set(shares) == set(CATEGORIES) | {OUTSIDE}
 
 
+@pytest.mark.unit
+def test_the_launch_bound_share_is_the_gpus_idle_part_of_the_call_and_the_table_shows_it():
+    from adapters.profiling import launch_bound_share
+
+    assert launch_bound_share(0.02, 0.1) == pytest.approx(0.8)  # 20 us of kernels in a 100 us call
+    assert launch_bound_share(0.1, 0.1) == 0.0 and launch_bound_share(0.12, 0.1) == 0.0  # overlap clamps
+    assert launch_bound_share(0.1, 0.0) is None
+    gpu = _cell("inductor", [("triton_poi_fused_0", 1, 0.25)])
+    gpu.profile["facts"] = {"gpu_busy_ms": 0.25, "launch_bound_share": launch_bound_share(0.25, 1.1)}
+    row = explain_frame(RunResults(environment={}, config={}, cells=[gpu])).to_dict("records")[0]
+    assert row["launch-bound share"] == "77%"
+
+
 def _explain_run(out, backends: str, workloads: str):
     proc = run_cli("--backends", backends, "--workloads", workloads, "--size", "small", *FAST, "--explain",
                    "--output-dir", out, "--no-history", "--quiet")

@@ -66,6 +66,9 @@ def explain_frame(results: RunResults) -> pd.DataFrame:
                     "distinct kernels": len(p["kernels"])})
         row.update({k: f"{v:.0%}" for k, v in category_shares(p).items()})
         row["profiled / timed call"] = f"{p['profiled_call_ms']:.3g} / {p['timed_median_ms']:.3g} ms"
+        share = (p.get("facts") or {}).get("launch_bound_share")  # CUDA: the GPU idle share of the call
+        if share is not None:
+            row["launch-bound share"] = f"{share:.0%}"
         row["longest kernels"] = _top(p)
         row["note"] = p.get("note") or ""
         rows.append(row)
