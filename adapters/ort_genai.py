@@ -1,0 +1,151 @@
+"""ONNX Runtime GenAI: the decoder as ORT GenAI's own model builder writes it (one ONNX graph
+with its past key/value state, GroupQueryAttention, MatMulNBits at int4), run by its
+``Generator``, which keeps the KV cache inside. This is the path ORT GenAI's engineers ship
+for CPU LLMs (``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p fp32 -e cpu``).
+
+The builder reads a local folder: the transformers model saved with its seeded weights, and
+a minimal word-level tokenizer of the model's vocabulary size (the builder loads one; no
+text is ever tokenized here: the prompt is token ids). The session uses the run's threads.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from .base import Backend, BackendUnavailable, CompileContext, Compiled, CompileResult
+
+# --dtype -> the builder's precision; int4wo is ORT GenAI's own int4 (MatMulNBits, CPU defaults).
+PRECISIONS = {"fp32": "fp32", "int4wo": "int4"}
+
+
+def write_tokenizer(folder: Path, vocab_size: int) -> None:
+    """A word-level tokenizer with one token per id (``t0``...): what the builder needs to read."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0").save_pretrained(folder)
+
+
+def set_threads(genai_config: Path, threads: int) -> None:
+    """The run's thread count in the session options ORT GenAI reads (as the ORT adapter sets it)."""
+    config = json.loads(genai_config.read_text())
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options.update(intra_op_num_threads=threads, inter_op_num_threads=1)
+    genai_config.write_text(json.dumps(config, indent=2))
+
+
+class GenAISession:
+    """One ``Generator``: its KV state serves the prefill and every decode step."""
+
+    def __init__(self, model: Any, max_length: int):
+        import torch
+
+        self.model, self.max_length = model, max_length
+        self.generator = None
+        self.empty = torch.empty(0)  # the placeholder caches the decode loop passes back
+
+    def eval(self, tokens: list[int], start: int):
+        import numpy as np
+        import onnxruntime_genai as og
+        import torch
+
+        if start == 0:  # a new sequence: a fresh generator (its KV cache empty)
+            params = og.GeneratorParams(self.model)
+            params.set_search_options(max_length=self.max_length, do_sample=False)
+            self.generator = og.Generator(self.model, params)
+        elif self.generator is None or self.generator.token_count() != start:
+            raise RuntimeError(f"ORT GenAI's generator holds {self.generator and self.generator.token_count()} "
+                               f"tokens; the step asks for position {start}")
+        self.generator.append_tokens(np.asarray([tokens], dtype=np.int32))
+        logits = np.asarray(self.generator.get_logits())
+        return torch.from_numpy(logits.reshape(1, -1).astype(np.float32, copy=True))
+
+
+class GenAICompiled(Compiled):
+    """The prefill (``ids[1, P]``) or the decode step (``token, position, caches``) on one session."""
+
+    def __init__(self, session: GenAISession, part: str):
+        self.session, self.part = session, part
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        if self.part == "prefill":
+            return inputs[0][0].tolist(), 0
+        return [int(inputs[0].reshape(-1)[0])], int(inputs[1].reshape(-1)[0])
+
+    def run(self, prepared: Any) -> Any:
+        tokens, start = prepared
+        return self.session.eval(tokens, start)
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        return [outputs, self.session.empty, self.session.empty]
+
+
+class OrtGenAIBackend(Backend):
+    name = "ort-genai"
+    rank = 25
+    description = "ONNX Runtime GenAI: its model builder's decoder (past KV state, GQA) run by its Generator"
+    packages = ("onnxruntime-genai",)
+    install_hint = "pip install -e '.[ortgenai]'"
+    runtime_modules = ("onnxruntime_genai", "onnxruntime_genai.models.builder")
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("onnxruntime_genai",)
+
+    def unavailable_for(self, tags: Sequence[str]) -> str | None:
+        from workloads.llm import LLM_TAG
+
+        if LLM_TAG not in tags:
+            return "ORT GenAI runs decoder LLMs only: the decode suite (--suite llm)"
+        return super().unavailable_for(tags)
+
+    def weight_only_recipe(self, bits: int) -> dict[str, Any] | None:
+        if bits != 4:
+            return None
+        return {"quantizer": "ORT GenAI's model builder -p int4 -e cpu (MatMulNBits)",
+                "weights": "int4, the builder's CPU defaults (blocks of 32, accuracy level 4)",
+                "activations": "fp32; quantized to int8 inside MatMulNBits (accuracy level 4)"}
+
+    def settings(self, ctx: CompileContext) -> dict[str, Any]:
+        return {"intra_op_num_threads": ctx.threads, "inter_op_num_threads": 1, "execution_provider": "cpu",
+                "search": "greedy", "vocabulary": "word-level, one token per id"}
+
+    def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
+        """The prefill builds and loads the model; the decode step takes the same session."""
+        decoder = getattr(module, "decoder", None)
+        if decoder is None or not hasattr(decoder, "lm"):
+            raise BackendUnavailable("ORT GenAI takes the decode suite's transformers decoders (not the toy decoder)")
+        if example_inputs[0].shape[0] != 1:
+            raise BackendUnavailable("dlcompare runs ORT GenAI at batch 1 (one sequence)")
+        session = getattr(decoder, "_genai_session", None)
+        if session is None:
+            session = self._load(decoder, ctx)
+            decoder._genai_session = session
+        return CompileResult(GenAICompiled(session, "prefill" if len(example_inputs) == 1 else "decode"),
+                             info=ctx.info)
+
+    def _load(self, decoder: Any, ctx: CompileContext) -> GenAISession:
+        import onnxruntime_genai as og
+        import torch
+        from onnxruntime_genai.models import builder
+
+        dtype = "int4wo" if ctx.weight_bits == 4 else {torch.float32: "fp32"}.get(next(decoder.lm.parameters()).dtype)
+        if ctx.weight_bits not in (None, 4) or dtype not in PRECISIONS:
+            raise BackendUnavailable(f"dlcompare builds ORT GenAI models at {', '.join(PRECISIONS)}")
+        source, out = ctx.work_dir / "hf", ctx.work_dir / "genai"
+        with ctx.phase("save"):
+            decoder.lm.save_pretrained(source)
+            write_tokenizer(source, decoder.lm.config.vocab_size)
+        with ctx.phase("build"):
+            options = builder.parse_extra_options("", str(source), str(out), PRECISIONS[dtype], "cpu",
+                                                  str(ctx.work_dir / "cache"), [])
+            builder.create_model("", str(source), str(out), PRECISIONS[dtype], "cpu", str(ctx.work_dir / "cache"),
+                                 **options)
+            set_threads(out / "genai_config.json", ctx.threads)
+        ctx.info["genai"] = {"precision": PRECISIONS[dtype], "onnx_bytes": sum(
+            f.stat().st_size for f in out.glob("model.onnx*"))}
+        with ctx.phase("load"):
+            model = og.Model(str(out))
+        return GenAISession(model, decoder.max_len)
