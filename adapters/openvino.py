@@ -125,6 +125,57 @@ class OpenVinoCompiled(Compiled):
                                   "generated fused kernels); exec_type names the kernel")
 
 
+KV_NAMES = ("k_cache", "v_cache")
+
+
+def make_kv_stateful(model) -> None:
+    """The decode step's cache inputs and outputs (inputs 2 and 3, outputs 1 and 2) as
+    internal state variables, OpenVINO's MakeStateful transformation, as optimum-intel
+    applies it to an LLM's past key/values."""
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    pairs = {}
+    for index, name in enumerate(KV_NAMES):
+        model.inputs[2 + index].get_tensor().set_names({name})
+        model.outputs[1 + index].get_tensor().set_names({f"{name}_out"})
+        pairs[name] = f"{name}_out"
+    apply_make_stateful_transformation(model, pairs)
+
+
+class OpenVinoStatefulStep(Compiled):
+    """The decode step with its KV cache inside the infer request's state: a step sends the
+    token and its position and gets the logits. At a generation's first step (the prefill's
+    caches passed in) the caches are written into the state, inside the clock."""
+
+    def __init__(self, compiled_model, out_dtype):
+        import torch
+
+        self._request = compiled_model.create_infer_request()
+        self._out_dtype = out_dtype
+        self.empty = torch.empty(0)  # the placeholder caches the decode loop passes back
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        import openvino as ov
+
+        token, position, k_cache, v_cache = inputs
+        if k_cache.numel():
+            caches = {"k_cache": k_cache, "v_cache": v_cache}
+            for state in self._request.query_state():
+                name = next(n for n in KV_NAMES if n in state.name)
+                state.state = ov.Tensor(caches[name].float().contiguous().numpy())
+        return [token.numpy(), position.numpy()]
+
+    def run(self, prepared: Any) -> Any:
+        self._request.infer(prepared)
+        return self._request
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        import torch
+
+        logits = torch.from_numpy(outputs.get_output_tensor(0).data.copy()).to(self._out_dtype)
+        return [logits, self.empty, self.empty]
+
+
 class OpenVinoStreamPool(StreamPool):
     """OpenVINO's throughput application design: an ``AsyncInferQueue`` of as many infer
     requests as the compiled model says is optimal (``OPTIMAL_NUMBER_OF_INFER_REQUESTS``),
@@ -220,6 +271,11 @@ class OpenVinoOptions(BackendOptions):
                                         "('throughput', OpenVINO's advice, picks its streams; 'latency': one "
                                         "stream, for an A/B)", flag="openvino-offline-hint",
                                         choices=("throughput", "latency"))
+    openvino_llm_state: str = option("stateful", "decode suite: the KV cache as the decode step's internal state "
+                                     "('stateful', as optimum-intel and OpenVINO GenAI make LLMs; the prefill's "
+                                     "caches are copied into it once per generation) or as explicit inputs and "
+                                     "outputs ('explicit', for an A/B)", flag="openvino-llm-state",
+                                     choices=("stateful", "explicit"))
 
 
 class OpenVinoBackend(Backend):
@@ -299,6 +355,10 @@ print(compiled([x.numpy() for x in inputs]))
 
                 with ctx.phase("quantize"):
                     model = openvino_compress(model, ctx.weight_bits)
+            stateful = self.stateful_step(module, ctx)
+            if model is not None and stateful:
+                with ctx.phase("make_stateful"):
+                    make_kv_stateful(model)
             if warm and not stored:
                 ov.save_model(model, str(folder / IR), compress_to_fp16=False)
                 artifacts.write_meta(folder, [IR, "model.bin"], expected)
@@ -323,8 +383,16 @@ print(compiled([x.numpy() for x in inputs]))
                 ov.save_model(model, str(path), compress_to_fp16=False)
             return tool_arguments(path, config, compiled)
 
+        if stateful:
+            ctx.info["llm_state"] = "stateful: the KV cache is the decode step's state (MakeStateful)"
+            return CompileResult(OpenVinoStatefulStep(compiled, out_dtype), cache=verdict, info=ctx.info)
         return CompileResult(OpenVinoCompiled(compiled, out_dtype, twin, tool_args, offline=self.offline(ctx)),
                              cache=verdict, info=ctx.info)
+
+    def stateful_step(self, module: Any, ctx: CompileContext) -> bool:
+        """The decode suite's step of a transformers decoder, with --openvino-llm-state stateful."""
+        return (type(module).__name__ == "HFDecodeStep"
+                and getattr(ctx.options, "openvino_llm_state", "explicit") == "stateful")
 
     def dynamic_session(self, module, example_inputs, dynamic_dims, strategy, ctx):
         if strategy != "symbolic":

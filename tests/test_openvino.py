@@ -171,3 +171,19 @@ def test_openvino_runs_under_a_preloaded_allocator(tmp_path, allocator):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cell = next(c for c in load_results(tmp_path / "run")["cells"] if c["backend"] == "openvino")
     assert cell["status"] == "ok" and cell["allocator"] == allocator and cell["settings"]["TBB_ENABLE_SANITIZERS"] == "1"
+
+
+def test_the_decode_step_holds_its_kv_cache_as_state_and_generates_eagers_tokens(tmp_path):
+    """--openvino-llm-state stateful (the default): MakeStateful on the step's cache inputs and
+    outputs; the tokens agree with eager's as the explicit step's do (a variant in the same run)."""
+    out = tmp_path / "run"
+    proc = run_cli("--workloads", "llama_decode", "--size", "small", "--backends",
+                   "openvino,openvino:openvino-llm-state=explicit", *FAST, "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = {c["backend"]: c for c in load_results(out)["cells"]}
+    stateful, explicit = cells["openvino"], cells["openvino:openvino-llm-state=explicit"]
+    for cell in (stateful, explicit):
+        assert cell["status"] == "ok" and cell["numerics_ok"], (cell["error"], cell["numerics_error"])
+        assert cell["decode"]["token_ids"] == cell["decode"]["eager_token_ids"]
+    assert stateful["info"]["decode"]["llm_state"].startswith("stateful")
+    assert "llm_state" not in explicit["info"]["decode"] and "make_stateful" not in str(explicit["compile_phases"])
