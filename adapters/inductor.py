@@ -11,7 +11,18 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .base import Backend, BackendOptions, CacheVerdict, CompileContext, CompileResult, DelegatingSession, option, target_key
+from .base import (
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    CacheVerdict,
+    CompileContext,
+    Compiled,
+    CompileResult,
+    DelegatingSession,
+    option,
+    target_key,
+)
 from .eager import TorchCompiled
 from .profiling import KernelProfile, profile_second_build, torch_cuda_profile
 
@@ -34,6 +45,11 @@ class InductorOptions(BackendOptions):
         None, "torch._inductor.config.realize_reads_threshold (default: PyTorch's, 4; 1 realizes every reused "
         "pointwise buffer instead of recomputing it in each user)", flag="inductor-realize-reads-threshold",
         kind="positive_int", metavar="N")
+    inductor_llm_cache: str = option(
+        "explicit", "decode suite: 'explicit' compiles the suite's prefill and decode modules (the KV cache as "
+        "tensors in and out); 'static' compiles the transformers model's forward with its own StaticCache, as "
+        "transformers documents torch.compile for generation (cache_implementation='static')",
+        flag="inductor-llm-cache", choices=("explicit", "static"))
     dynamic: bool = False  # torch.compile(dynamic=...) for the timed cells
 
 
@@ -111,6 +127,52 @@ class InductorCompiled(TorchCompiled):
         return dataclasses.replace(profile, facts={**profile.facts, "realization": REALIZATION_NOTE})
 
 
+class StaticCacheSession:
+    """A transformers causal LM with its own ``StaticCache`` and its forward compiled by
+    Inductor, as transformers documents static-cache generation with torch.compile."""
+
+    def __init__(self, lm: Any, max_len: int, mode: str):
+        import torch
+        from transformers import StaticCache
+
+        self.lm = lm
+        self.cache = StaticCache(config=lm.config, max_cache_len=max_len)
+        self.forward = torch.compile(lm.forward, backend="inductor", mode=mode)
+
+    def eval(self, ids, start: int):
+        import torch
+
+        if start == 0:
+            self.cache.reset()
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        with torch.no_grad():
+            out = self.forward(input_ids=ids, cache_position=positions, position_ids=positions.unsqueeze(0),
+                               past_key_values=self.cache, use_cache=True)
+        return out.logits[:, -1]
+
+
+class StaticCacheCompiled(Compiled):
+    """The prefill (``ids[1, P]``) or the decode step (``token, position, caches``) on one session."""
+
+    def __init__(self, session: StaticCacheSession, part: str):
+        import torch
+
+        self.session, self.part = session, part
+        self.empty = torch.empty(0)  # the placeholder caches the decode loop passes back
+
+    def prepare(self, inputs: Sequence[Any]) -> Any:
+        if self.part == "prefill":
+            return inputs[0], 0
+        return inputs[0], int(inputs[1].reshape(-1)[0])
+
+    def run(self, prepared: Any) -> Any:
+        ids, start = prepared
+        return self.session.eval(ids, start)
+
+    def outputs_to_torch(self, outputs: Any) -> list[Any]:
+        return [outputs, self.empty, self.empty]
+
+
 class InductorBackend(Backend):
     name = "inductor"
     tf32_math = True
@@ -153,6 +215,30 @@ with torch.no_grad():
 
         return torchao_weight_only(module, bits)
 
+    def _compile_static_cache(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
+        """The decoder's own forward compiled once, with transformers' StaticCache held by a
+        session the prefill and the decode step share; each part's first call compiles its shape."""
+        import torch._inductor.config
+
+        decoder = module.decoder
+        if example_inputs[0].shape[0] != 1:
+            raise BackendUnavailable("dlcompare runs transformers' StaticCache path at batch 1")
+        configs = inductor_configs(ctx.options)
+        for name, value in configs.items():
+            setattr(torch._inductor.config, name, value)
+        session = getattr(decoder, "_static_cache_session", None)
+        if session is None:
+            session = StaticCacheSession(decoder.lm, decoder.max_len, ctx.options.inductor_mode)
+            decoder._static_cache_session = session
+        part = "prefill" if len(example_inputs) == 1 else "decode"
+        compiled = StaticCacheCompiled(session, part)
+        with ctx.phase("compile"):
+            compiled.run(compiled.prepare(example_inputs))
+        ctx.info.update(inductor_mode=ctx.options.inductor_mode, inductor_configs=configs,
+                        llm_cache="transformers StaticCache, forward compiled (cache_implementation='static')")
+        return CompileResult(compiled, info=ctx.info, phases={"compile": ctx.phases["compile"]},
+                             includes_first_call=True)
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import torch._inductor.config as config
 
@@ -179,6 +265,9 @@ with torch.no_grad():
         import torch._inductor.config
         from torch._dynamo.utils import compilation_time_metrics, counters
 
+        if (getattr(ctx.options, "inductor_llm_cache", "explicit") == "static"
+                and type(module).__name__ in ("HFPrefill", "HFDecodeStep")):
+            return self._compile_static_cache(module, example_inputs, ctx)
         mode = ctx.options.inductor_mode
         if mode not in MODES:
             raise ValueError(f"unknown inductor mode {mode!r} (known: {', '.join(MODES)})")

@@ -393,3 +393,16 @@ def test_a_failed_decode_cell_gets_a_standalone_reproducer_of_its_module(tmp_pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     shapes = proc.stdout.strip()
     assert shapes.startswith("[(1, ") and shapes.count("(") == 3  # logits, k_cache, v_cache
+
+
+def test_inductor_with_transformers_static_cache_generates_eagers_tokens(tmp_path):
+    """--inductor-llm-cache static: the model's own forward compiled with transformers' StaticCache,
+    as transformers documents it, agrees with eager token for token."""
+    out = tmp_path / "run"
+    proc = run_cli("--workloads", "llama_decode", "--size", "small", "--backends",
+                   "inductor:inductor-llm-cache=static", "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cell = next(c for c in load_results(out)["cells"] if c["backend"].startswith("inductor"))
+    assert cell["status"] == "ok" and cell["numerics_ok"], (cell["error"], cell["numerics_error"])
+    assert cell["decode"]["token_ids"] == cell["decode"]["eager_token_ids"]
+    assert "StaticCache" in cell["info"]["prefill"]["llm_cache"]
