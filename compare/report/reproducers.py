@@ -165,7 +165,7 @@ def decode_script(cell, workload, entry: dict[str, Any], failure: dict[str, str]
             f"dlcompare saw: {failure['error']}", "",
             "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
             f"Model: {workload.description}", '"""']
-    build = ["import transformers", "", "torch.manual_seed(0)", "torch.set_num_threads(2)",
+    build = [*TORCHVISION_GUARD, "import transformers", "", "torch.manual_seed(0)", "torch.set_num_threads(2)",
              f"config = transformers.AutoConfig.for_model(**{config!r})",
              f"cls = transformers.{entry['class']}",
              'attention = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"',
