@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import Backend, BackendOptions, BackendUnavailable, CompileContext, Compiled, CompileResult, option
+from .base import Backend, BackendOptions, BackendUnavailable, CompileContext, CompileResult, option
+from .llm_session import SessionPart
 
 # transformers class -> gguf.MODEL_ARCH member; Llama's q/k need llama.cpp's rotary layout.
 ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2", "Gemma3ForCausalLM": "GEMMA3"}
@@ -182,23 +183,10 @@ class LlamaSession:
                 "generation_ms": data.t_eval_ms, "tg_tokens_per_s": per_second(data.n_eval, data.t_eval_ms)}
 
 
-class LlamaCppCompiled(Compiled):
-    """The prefill (``ids[1, P]``) or the decode step (``token, position, caches``) on one session."""
+class LlamaCppCompiled(SessionPart):
+    """A part on the llama.cpp session, with llama.cpp's own counters."""
 
-    def __init__(self, session: LlamaSession, part: str):
-        self.session, self.part = session, part
-
-    def prepare(self, inputs: Sequence[Any]) -> Any:
-        if self.part == "prefill":
-            return inputs[0][0].tolist(), 0
-        return [int(inputs[0].reshape(-1)[0])], int(inputs[1].reshape(-1)[0])
-
-    def run(self, prepared: Any) -> Any:
-        tokens, start = prepared
-        return self.session.eval(tokens, start)
-
-    def outputs_to_torch(self, outputs: Any) -> list[Any]:
-        return [outputs, self.session.empty, self.session.empty]
+    session: LlamaSession
 
     def own_timings(self, reset: bool = False) -> dict[str, Any] | None:
         return self.session.perf(reset)

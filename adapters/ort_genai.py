@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import Backend, BackendUnavailable, CompileContext, Compiled, CompileResult
+from .base import Backend, BackendUnavailable, CompileContext, CompileResult
+from .llm_session import SessionPart
 
 # --dtype -> the builder's precision; int4wo is ORT GenAI's own int4 (MatMulNBits, CPU defaults).
 PRECISIONS = {"fp32": "fp32", "int4wo": "int4"}
@@ -44,7 +45,7 @@ class GenAISession:
         import torch
 
         self.model, self.max_length = model, max_length
-        self.generator = None
+        self.generator: Any = None
         self.empty = torch.empty(0)  # the placeholder caches the decode loop passes back
 
     def eval(self, tokens: list[int], start: int):
@@ -62,25 +63,6 @@ class GenAISession:
         self.generator.append_tokens(np.asarray([tokens], dtype=np.int32))
         logits = np.asarray(self.generator.get_logits())
         return torch.from_numpy(logits.reshape(1, -1).astype(np.float32, copy=True))
-
-
-class GenAICompiled(Compiled):
-    """The prefill (``ids[1, P]``) or the decode step (``token, position, caches``) on one session."""
-
-    def __init__(self, session: GenAISession, part: str):
-        self.session, self.part = session, part
-
-    def prepare(self, inputs: Sequence[Any]) -> Any:
-        if self.part == "prefill":
-            return inputs[0][0].tolist(), 0
-        return [int(inputs[0].reshape(-1)[0])], int(inputs[1].reshape(-1)[0])
-
-    def run(self, prepared: Any) -> Any:
-        tokens, start = prepared
-        return self.session.eval(tokens, start)
-
-    def outputs_to_torch(self, outputs: Any) -> list[Any]:
-        return [outputs, self.session.empty, self.session.empty]
 
 
 class OrtGenAIBackend(Backend):
@@ -123,7 +105,7 @@ class OrtGenAIBackend(Backend):
         if session is None:
             session = self._load(decoder, ctx)
             decoder._genai_session = session
-        return CompileResult(GenAICompiled(session, "prefill" if len(example_inputs) == 1 else "decode"),
+        return CompileResult(SessionPart(session, "prefill" if len(example_inputs) == 1 else "decode"),
                              info=ctx.info)
 
     def _load(self, decoder: Any, ctx: CompileContext) -> GenAISession:

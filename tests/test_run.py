@@ -29,7 +29,9 @@ def test_small_run_measures_every_cell(small_run):
     out, proc = small_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = load_results(out)
-    assert data["schema_version"] == 7
+    from compare.results.schema import SCHEMA_VERSION
+
+    assert data["schema_version"] == SCHEMA_VERSION
     assert {"environment", "cells", "config"} <= set(data)
     env = data["environment"]
     assert env["threads"] == 1 and env["versions"]["torch"].startswith("2.13.0")
@@ -38,6 +40,7 @@ def test_small_run_measures_every_cell(small_run):
     assert {(c["workload"], c["backend"]) for c in cells} == {
         (w, b) for w in WORKLOADS for b in ("eager", "inductor", "ort")
     }
+    assert all(c["role"] == ("reference" if c["backend"] == "eager" else "candidate") for c in cells)
     for c in cells:
         assert CELL_FIELDS <= set(c)
         assert c["status"] == "ok", c
