@@ -395,6 +395,7 @@ def test_a_failed_decode_cell_gets_a_standalone_reproducer_of_its_module(tmp_pat
     assert shapes.startswith("[(1, ") and shapes.count("(") == 3  # logits, k_cache, v_cache
 
 
+@pytest.mark.slow  # about a minute: two Inductor compiles of the model's own forward
 def test_inductor_with_transformers_static_cache_generates_eagers_tokens(tmp_path):
     """--inductor-llm-cache static: the model's own forward compiled with transformers' StaticCache,
     as transformers documents it, agrees with eager token for token."""
