@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .base import Backend, BackendOptions, BackendUnavailable, CompileContext, CompileResult, option
-from .llm_session import SessionPart
+from .llm_session import SessionPart, shared_session
 
 # transformers class -> gguf.MODEL_ARCH member; Llama's q/k need llama.cpp's rotary layout.
 ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2", "Gemma3ForCausalLM": "GEMMA3"}
@@ -224,17 +224,8 @@ class LlamaCppBackend(Backend):
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         """The prefill writes and loads the GGUF; the decode step takes the same session."""
-        decoder = getattr(module, "decoder", None)
-        if decoder is None or not hasattr(decoder, "lm"):
-            raise BackendUnavailable("llama.cpp takes the decode suite's transformers decoders (not the toy decoder)")
-        if example_inputs[0].shape[0] != 1:
-            raise BackendUnavailable("dlcompare runs llama.cpp at batch 1 (one sequence)")
-        session = getattr(decoder, "_llamacpp_session", None)
-        if session is None:
-            session = self._load(decoder, ctx)
-            decoder._llamacpp_session = session
-        return CompileResult(LlamaCppCompiled(session, "prefill" if len(example_inputs) == 1 else "decode"),
-                             info=ctx.info)
+        session, part = shared_session(module, example_inputs, "llama.cpp", lambda decoder: self._load(decoder, ctx))
+        return CompileResult(LlamaCppCompiled(session, part), info=ctx.info)
 
     def _load(self, decoder: Any, ctx: CompileContext) -> LlamaSession:
         import llama_cpp

@@ -32,3 +32,21 @@ class SessionPart(Compiled):
 
     def outputs_to_torch(self, outputs: Any) -> list[Any]:
         return [outputs, self.session.empty, self.session.empty]
+
+
+def shared_session(module: Any, example_inputs: Sequence[Any], runtime: str, load: Any) -> tuple[Any, str]:
+    """The session a transformers decoder's prefill loads (``load(decoder)``) and its decode
+    step reuses, and which part ``module`` is; a toy decoder or a batch above 1 is unavailable."""
+    from .base import BackendUnavailable
+
+    decoder = getattr(module, "decoder", None)
+    if decoder is None or not hasattr(decoder, "lm"):
+        raise BackendUnavailable(f"{runtime} takes the decode suite's transformers decoders (not the toy decoder)")
+    if example_inputs[0].shape[0] != 1:
+        raise BackendUnavailable(f"dlcompare runs {runtime} at batch 1 (one sequence)")
+    attribute = f"_{runtime.replace(' ', '_').replace('.', '_').lower()}_session"
+    session = getattr(decoder, attribute, None)
+    if session is None:
+        session = load(decoder)
+        setattr(decoder, attribute, session)
+    return session, "prefill" if len(example_inputs) == 1 else "decode"

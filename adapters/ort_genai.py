@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .base import Backend, BackendUnavailable, CompileContext, CompileResult
-from .llm_session import SessionPart
+from .llm_session import SessionPart, shared_session
 
 # --dtype -> the builder's precision; int4wo is ORT GenAI's own int4 (MatMulNBits, CPU defaults).
 PRECISIONS = {"fp32": "fp32", "int4wo": "int4"}
@@ -96,17 +96,8 @@ class OrtGenAIBackend(Backend):
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         """The prefill builds and loads the model; the decode step takes the same session."""
-        decoder = getattr(module, "decoder", None)
-        if decoder is None or not hasattr(decoder, "lm"):
-            raise BackendUnavailable("ORT GenAI takes the decode suite's transformers decoders (not the toy decoder)")
-        if example_inputs[0].shape[0] != 1:
-            raise BackendUnavailable("dlcompare runs ORT GenAI at batch 1 (one sequence)")
-        session = getattr(decoder, "_genai_session", None)
-        if session is None:
-            session = self._load(decoder, ctx)
-            decoder._genai_session = session
-        return CompileResult(SessionPart(session, "prefill" if len(example_inputs) == 1 else "decode"),
-                             info=ctx.info)
+        session, part = shared_session(module, example_inputs, "ORT GenAI", lambda decoder: self._load(decoder, ctx))
+        return CompileResult(SessionPart(session, part), info=ctx.info)
 
     def _load(self, decoder: Any, ctx: CompileContext) -> GenAISession:
         import onnxruntime_genai as og
