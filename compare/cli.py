@@ -15,6 +15,7 @@ from typing import Sequence
 from adapters import CommandUsage, backend_subcommands
 from compare.commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command, wide_console
 from compare.config import COMMAND_DEFAULTS, UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
+from compare.harness.resume import CHECKED, NEUTRAL, OVERRIDABLE, REFUSED
 
 EXIT_USAGE = 2
 EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
@@ -23,10 +24,6 @@ SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", 
 
 
 Arguments = argparse._ActionsContainer  # a parser or one of its argument groups
-# How --resume treats a run option given again: CHECKED must match the stored run (it
-# changes what a cell measures), OVERRIDABLE may change (a timeout, the sampling budget),
-# NEUTRAL says how to run this command; REFUSED cannot be given with --resume.
-CHECKED, OVERRIDABLE, NEUTRAL, REFUSED = "checked", "overridable", "neutral", "refused"
 
 
 def _arg(parser: Arguments, flag: str, *, resume: str, field: str | None = None, **kwargs) -> argparse.Action:

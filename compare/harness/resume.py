@@ -12,7 +12,10 @@ from compare.results.schema import RunResults
 
 # The resume policy of each run option is declared with its flag (``compare.cli._arg``) and
 # reaches ``plan_resume`` as ``policy``: flag -> (rule, RunConfig field).
-CHECKED, OVERRIDABLE, NEUTRAL = "checked", "overridable", "neutral"
+# CHECKED must match the stored run (it changes what a cell measures), OVERRIDABLE may change
+# (a timeout, the sampling budget), NEUTRAL says how to run this command; REFUSED cannot be
+# given with --resume.
+CHECKED, OVERRIDABLE, NEUTRAL, REFUSED = "checked", "overridable", "neutral", "refused"
 
 
 class ResumeRefused(ValueError):

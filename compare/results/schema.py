@@ -433,10 +433,9 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         # empty in a file that had no int8 cells: nothing to change but the version
         data = dict(data, schema_version=7, migrated_from=data.get("migrated_from", 6))
     if data.get("schema_version") == 7:
-        # v7 -> v8: each cell carries its role; the reference then was always eager
-        cells = [dict(c, role=role_of(c["backend"], c.get("dtype", "fp32"))) if isinstance(c, dict) and "backend" in c
-                 else c for c in data.get("cells", [])]
-        data = dict(data, cells=cells, schema_version=8, migrated_from=data.get("migrated_from", 7))
+        # v7 -> v8 adds each cell's role; a cell without one gets it on load from its backend
+        # (the reference then was always eager: Cell.__post_init__)
+        data = dict(data, schema_version=8, migrated_from=data.get("migrated_from", 7))
     return data
 
 
