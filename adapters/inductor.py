@@ -14,16 +14,15 @@ from typing import Any, Sequence
 from .base import (
     Backend,
     BackendOptions,
-    BackendUnavailable,
     CacheVerdict,
     CompileContext,
-    Compiled,
     CompileResult,
     DelegatingSession,
     option,
     target_key,
 )
 from .eager import TorchCompiled
+from .llm_session import SessionPart, shared_session
 from .profiling import KernelProfile, profile_second_build, torch_cuda_profile
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -138,6 +137,7 @@ class StaticCacheSession:
         self.lm = lm
         self.cache = StaticCache(config=lm.config, max_cache_len=max_len)
         self.forward = torch.compile(lm.forward, backend="inductor", mode=mode)
+        self.empty = torch.empty(0)  # the placeholder caches the decode loop passes back
 
     def eval(self, ids, start: int):
         import torch
@@ -151,26 +151,11 @@ class StaticCacheSession:
         return out.logits[:, -1]
 
 
-class StaticCacheCompiled(Compiled):
-    """The prefill (``ids[1, P]``) or the decode step (``token, position, caches``) on one session."""
-
-    def __init__(self, session: StaticCacheSession, part: str):
-        import torch
-
-        self.session, self.part = session, part
-        self.empty = torch.empty(0)  # the placeholder caches the decode loop passes back
+class StaticCacheCompiled(SessionPart):
+    """A part on the static-cache session, fed its token ids as the tensor they arrive in."""
 
     def prepare(self, inputs: Sequence[Any]) -> Any:
-        if self.part == "prefill":
-            return inputs[0], 0
-        return inputs[0], int(inputs[1].reshape(-1)[0])
-
-    def run(self, prepared: Any) -> Any:
-        ids, start = prepared
-        return self.session.eval(ids, start)
-
-    def outputs_to_torch(self, outputs: Any) -> list[Any]:
-        return [outputs, self.empty, self.empty]
+        return inputs[0], 0 if self.part == "prefill" else int(inputs[1].reshape(-1)[0])
 
 
 class InductorBackend(Backend):
@@ -220,17 +205,11 @@ with torch.no_grad():
         session the prefill and the decode step share; each part's first call compiles its shape."""
         import torch._inductor.config
 
-        decoder = module.decoder
-        if example_inputs[0].shape[0] != 1:
-            raise BackendUnavailable("dlcompare runs transformers' StaticCache path at batch 1")
         configs = inductor_configs(ctx.options)
         for name, value in configs.items():
             setattr(torch._inductor.config, name, value)
-        session = getattr(decoder, "_static_cache_session", None)
-        if session is None:
-            session = StaticCacheSession(decoder.lm, decoder.max_len, ctx.options.inductor_mode)
-            decoder._static_cache_session = session
-        part = "prefill" if len(example_inputs) == 1 else "decode"
+        session, part = shared_session(module, example_inputs, "Inductor's StaticCache path", lambda decoder:
+                                       StaticCacheSession(decoder.lm, decoder.max_len, ctx.options.inductor_mode))
         compiled = StaticCacheCompiled(session, part)
         with ctx.phase("compile"):
             compiled.run(compiled.prepare(example_inputs))

@@ -4,6 +4,7 @@ the decode step its token at its position, and each returns the last logits with
 caches, which the generation loop passes back unread."""
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol, Sequence
 
 from .base import Compiled
@@ -44,7 +45,7 @@ def shared_session(module: Any, example_inputs: Sequence[Any], runtime: str, loa
         raise BackendUnavailable(f"{runtime} takes the decode suite's transformers decoders (not the toy decoder)")
     if example_inputs[0].shape[0] != 1:
         raise BackendUnavailable(f"dlcompare runs {runtime} at batch 1 (one sequence)")
-    attribute = f"_{runtime.replace(' ', '_').replace('.', '_').lower()}_session"
+    attribute = "_" + re.sub(r"\W+", "_", runtime).lower() + "_session"  # one session per runtime on a decoder
     session = getattr(decoder, attribute, None)
     if session is None:
         session = load(decoder)
