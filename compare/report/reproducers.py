@@ -121,10 +121,11 @@ def write_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
 DECODE_PARTS = ("prefill", "decode")
 
 
-def decode_failures(results: RunResults) -> dict[tuple[str, str], dict[str, str]]:
-    """{(label, backend): {part, error, path}} for every decode cell whose prefill or decode
-    step failed to lower (the worker names the part first in the error), where its backend
-    has a reproducer snippet. Weight-only cells are left out: the snippet lowers a float module."""
+def decode_failures(results: RunResults) -> dict[tuple[str, str], dict[str, Any]]:
+    """{(label, backend): {part, error, path, cell, workload}} for every decode cell whose
+    prefill or decode step failed to lower (the worker names the part first in the error), of
+    a transformers decoder, where its backend has a reproducer snippet. Weight-only cells are
+    left out: the snippet lowers a float module."""
     from compare.measure.numerics import WEIGHT_ONLY
     from workloads import resolve_workloads
 
@@ -142,7 +143,8 @@ def decode_failures(results: RunResults) -> dict[tuple[str, str], dict[str, str]
             snippet = None
         if snippet:
             path = f"reproducers/{coverage.slug(cell.label)}__{coverage.slug(cell.backend)}__{part}.py"
-            found[(cell.label, cell.backend)] = {"part": part, "error": coverage.first_line(error), "path": path}
+            found[(cell.label, cell.backend)] = {"part": part, "error": coverage.first_line(error), "path": path,
+                                                 "cell": cell, "workload": workload}
     return found
 
 
@@ -184,17 +186,11 @@ def decode_script(cell, workload, entry: dict[str, Any], failure: dict[str, str]
 
 def write_decode_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
     """A script per failed decode cell of a transformers decoder (``decode_failures``)."""
-    from workloads import resolve_workloads
-
-    failures = decode_failures(results)
     versions = dict(results.environment.get("versions", {}))
     lengths = (results.config.get("prompt_len"), results.config.get("gen_len"))
     written = []
-    for cell in results.cells:
-        failure = failures.get((cell.label, cell.backend))
-        if failure is None:
-            continue
-        (workload,) = resolve_workloads([cell.workload], results.config.get("workload_files", []))
+    for failure in decode_failures(results).values():
+        cell, workload = failure["cell"], failure["workload"]
         entry = entry_of(workload, cell.size)
         if entry is None:
             continue
