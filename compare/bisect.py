@@ -41,7 +41,7 @@ def cell_spec(run_dir: Path, cell_name: str) -> tuple[CellSpec, str, bool | None
         raise UsageError(f"{run_dir}: its config cannot be read by this dlcompare ({exc})") from None
     (workload,) = resolve_workloads([cell.workload], config.workload_files, "all")
     specs = CellSpecs(config)
-    return specs.spec(workload, backend, batch=cell.batch, dtype=cell.dtype), label, cell.numerics_ok, specs.env()
+    return specs.spec(workload, backend, batch=cell.batch, dtype=cell.dtype), label, cell.numerics.numerics_ok, specs.env()
 
 
 def run(args, console) -> int:

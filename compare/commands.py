@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace, paper: bool = False) -> int:
     out.print(f"report: {Path(config.output_dir) / 'report.html'}", highlight=False)
     out.print(f"results: {Path(config.output_dir) / 'results.json'}", highlight=False)
     # Unavailable backends are reported, not failures: the run did what it could.
-    failed = [c for c in results.cells if c.status not in ("ok", "unavailable") or c.numerics_ok is False]
+    failed = [c for c in results.cells if c.status not in ("ok", "unavailable") or c.numerics.numerics_ok is False]
     return EXIT_CELL_FAILED if failed else EXIT_OK
 
 

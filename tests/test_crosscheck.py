@@ -62,13 +62,13 @@ def test_a_cell_beyond_the_tolerance_is_flagged_in_the_table():
     stats = LatencyStats.from_ms([1.0, 1.0, 1.0], 1)
 
     def cell(backend, ratio):
-        return Cell(workload="mlp", backend=backend, status="ok", latency=stats, eager_latency=stats,
+        return Cell.from_flat(workload="mlp", backend=backend, status="ok", latency=stats, eager_latency=stats,
                     crosscheck={"tool": "fake-benchmark", "median_ms": ratio, "ratio": ratio})
 
     results = RunResults(environment={}, config={}, cells=[cell("ort", 1.05), cell("iree", 1.3)])
     fill_derived(results)
     near, far = results.cells
-    assert near.crosscheck["flagged"] is False and far.crosscheck["flagged"] is True
+    assert near.instruments.crosscheck["flagged"] is False and far.instruments.crosscheck["flagged"] is True
     assert "own tool +30%" in fmt_status(far) and "own tool" not in fmt_status(near)
     assert list(crosscheck_frame(results)["tool / dlcompare"]) == ["1.05", "1.30 !"]
 
@@ -108,8 +108,8 @@ def test_every_backend_own_tool_times_the_same_artifact_and_names_its_gemm_libra
 def test_the_summary_names_each_backend_gemm_library():
     from compare.report.text import libraries_line
 
-    cells = [Cell(workload="mlp", backend="eager", status="ok", gemm_library={"gemm": "MKL"}),
-             Cell(workload="conv", backend="eager", status="ok", gemm_library={"conv": "oneDNN"}),
-             Cell(workload="mlp", backend="ort", status="ok", gemm_library={"gemm": "MLAS"})]
+    cells = [Cell.from_flat(workload="mlp", backend="eager", status="ok", gemm_library={"gemm": "MKL"}),
+             Cell.from_flat(workload="conv", backend="eager", status="ok", gemm_library={"conv": "oneDNN"}),
+             Cell.from_flat(workload="mlp", backend="ort", status="ok", gemm_library={"gemm": "MLAS"})]
     line = libraries_line(RunResults(environment={}, config={}, cells=cells))
     assert line == "GEMM and convolution libraries: eager conv oneDNN, gemm MKL; ort gemm MLAS."

@@ -13,7 +13,7 @@ PLAN = [("bert_base", "eager", None, "fp32"), ("bert_base", "ort", None, "fp32")
 
 
 def _record(db, tmp_path, cpu, walls, threads=2):
-    cells = [Cell(workload=w, backend=b, status="ok", size="default", device="cpu", wall_s=wall, batch=batch)
+    cells = [Cell.from_flat(workload=w, backend=b, status="ok", size="default", device="cpu", wall_s=wall, batch=batch)
              for (w, b, batch), wall in walls.items()]
     results = RunResults(environment={"cpu_model": cpu, "threads": threads}, config={}, run_id=f"{cpu}-{len(walls)}",
                          started="2026-12-05T00:00:00", cells=cells)

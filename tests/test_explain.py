@@ -47,20 +47,20 @@ def _cell(backend, kernels):
     profile = {"instrument": "test", "calls": 1, "profiled_call_ms": 1.1, "timed_median_ms": 1.0, "note": "",
                "kernels": [{"name": n, "calls": c, "ms": ms, "category": categorize(n), "ops": []}
                            for n, c, ms in kernels]}
-    return Cell(workload="chain", backend=backend, status="ok", latency=stats, profile=profile)
+    return Cell.from_flat(workload="chain", backend=backend, status="ok", latency=stats, profile=profile)
 
 
 @pytest.mark.unit
 def test_explain_frame_counts_kernels_against_eager_ops():
     eager = _cell("eager", [("aten::sin", 1, 0.3), ("aten::mul", 2, 0.3), ("aten::add", 1, 0.4)])
     fused = _cell("inductor", [("cpp_fused_add_mul_sin_0", 1, 1.0)])
-    missing = Cell(workload="chain", backend="iree", status="ok", profile={"unavailable": "no profiler here"})
+    missing = Cell.from_flat(workload="chain", backend="iree", status="ok", profile={"unavailable": "no profiler here"})
     frame = explain_frame(RunResults(environment={}, config={}, cells=[eager, fused, missing]))
     rows = {r["backend"]: r for r in frame.to_dict("records")}
     assert rows["eager"]["kernels per call"] == 4 and rows["inductor"]["kernels per call"] == 1
     assert rows["inductor"]["eager ops per call"] == 4
     assert rows["iree"]["note"] == "no profiler here"
-    shares = category_shares(eager.profile)  # 1.0 ms of kernels in a 1.1 ms call
+    shares = category_shares(eager.instruments.profile)  # 1.0 ms of kernels in a 1.1 ms call
     assert sum(shares.values()) == pytest.approx(1.0) and shares[OUTSIDE] == pytest.approx(0.1 / 1.1)
     assert set(shares) == set(CATEGORIES) | {OUTSIDE}
 
@@ -73,7 +73,7 @@ def test_the_launch_bound_share_is_the_gpus_idle_part_of_the_call_and_the_table_
     assert launch_bound_share(0.1, 0.1) == 0.0 and launch_bound_share(0.12, 0.1) == 0.0  # overlap clamps
     assert launch_bound_share(0.1, 0.0) is None
     gpu = _cell("inductor", [("triton_poi_fused_0", 1, 0.25)])
-    gpu.profile["facts"] = {"gpu_busy_ms": 0.25, "launch_bound_share": launch_bound_share(0.25, 1.1)}
+    gpu.instruments.profile["facts"] = {"gpu_busy_ms": 0.25, "launch_bound_share": launch_bound_share(0.25, 1.1)}
     row = explain_frame(RunResults(environment={}, config={}, cells=[gpu])).to_dict("records")[0]
     assert row["launch-bound share"] == "77%"
 
@@ -154,14 +154,14 @@ def test_paper_fusion_section_sets_kernels_beside_achieved_traffic():
     fused = _cell("inductor", [("cpp_fused_add_mul_sin_0", 1, 0.5)])
     for cell in (eager, fused):
         cell.workload = "elementwise_chain"
-        cell.work = {"min_bytes": 8e6, "flops": 1e6}
+        cell.instruments.work = {"min_bytes": 8e6, "flops": 1e6}
     fused.latency = LatencyStats(median=0.5, p10=1, p90=1, q1=1, q3=1, mean=1, min=1, n=3, number=1)
     fused.speedup, fused.speedup_ci = 2.0, (1.9, 2.1)
     rows = {cells[2]: cells[3:7] for line in _fusion_section([eager, fused]) for row in line.splitlines()
             if (cells := [c.strip() for c in row.split("|")]) and len(cells) > 7 and cells[2] in ("eager", "inductor")}
     # kernels per call, eager's ops, minimum MB, GB/s (8 MB in 1 ms and in 0.5 ms)
     assert rows == {"eager": ["4", "4", "8", "8"], "inductor": ["1", "4", "8", "16"]}
-    assert "run `compare paper --explain`" in "\n".join(_fusion_section([Cell(workload="conv", backend="x",
+    assert "run `compare paper --explain`" in "\n".join(_fusion_section([Cell.from_flat(workload="conv", backend="x",
                                                                                 status="ok")]))
 
 
@@ -171,6 +171,6 @@ def test_a_compiler_rule_the_profile_names_is_listed_once_per_backend():
     from compare.results.schema import Cell, RunResults
 
     profile = {"facts": {"realization": "Inductor recomputes reused buffers"}, "kernels": []}
-    cells = [Cell(workload=w, backend="inductor", status="ok", profile=profile) for w in ("mlp", "conv")]
+    cells = [Cell.from_flat(workload=w, backend="inductor", status="ok", profile=profile) for w in ("mlp", "conv")]
     assert backend_notes(RunResults(environment={}, config={}, cells=cells)) == [
         "- inductor: Inductor recomputes reused buffers."]

@@ -163,7 +163,7 @@ def test_truncated_results_at_random_offsets(tmp_path):
     source = RunResults(environment={"threads": 1}, config={}, run_id="r")
     from compare.results.schema import Cell
 
-    source.cells = [Cell(workload=f"w{i}", backend="b", status="ok", speedup=1.5) for i in range(20)]
+    source.cells = [Cell.from_flat(workload=f"w{i}", backend="b", status="ok", speedup=1.5) for i in range(20)]
     text = json.dumps(source.to_dict())
     rng = random.Random(0)
     offsets = sorted(rng.sample(range(1, len(text) - 1), 60))

@@ -100,19 +100,20 @@ def test_calibration_seeds_stay_apart_from_the_evaluation_draws_and_their_hash_i
 @pytest.mark.unit
 def test_the_cell_schema_carries_int8_fields_and_reads_a_v6_file():
     from compare.results.schema import SCHEMA_VERSION, Cell, LatencyStats, ResultsError, RunResults
+    from compare.results.sections import flatten
 
     stats = LatencyStats.from_ms([1.0, 1.1, 0.9], number=1)
-    cell = Cell("mlp", "ort", "ok", dtype="int8", latency=stats, eager_latency=stats, fp32_eager_latency=stats,
+    cell = Cell.from_flat("mlp", "ort", "ok", dtype="int8", latency=stats, eager_latency=stats, fp32_eager_latency=stats,
                 accuracy={"reference": "fp32 eager", "draws": 8, "max_abs": 0.1, "rel_err": 0.01, "cosine_min": 0.999})
     run = RunResults(environment={}, config={}, cells=[cell])
     back = RunResults.from_dict(run.to_dict())
-    assert back.cells[0].fp32_eager_latency == stats and back.cells[0].accuracy == cell.accuracy
+    assert back.cells[0].int8.fp32_eager_latency == stats and back.cells[0].int8.accuracy == cell.int8.accuracy
     assert SCHEMA_VERSION >= 7  # 7 added these fields
     old = dict(run.to_dict(), schema_version=6)
-    old["cells"] = [{k: v for k, v in c.items() if k not in ("fp32_eager_latency", "accuracy", "speedup_vs_fp32",
+    old["cells"] = [{k: v for k, v in flatten(c).items() if k not in ("fp32_eager_latency", "accuracy", "speedup_vs_fp32",
                                                              "speedup_vs_fp32_ci", "break_even_vs_fp32_calls")}
                     for c in old["cells"]]
-    assert RunResults.from_dict(old).cells[0].accuracy is None
+    assert RunResults.from_dict(old).cells[0].int8.accuracy is None
     with pytest.raises(ResultsError, match="unknown field"):
         RunResults.from_dict(dict(run.to_dict(), cells=[dict(cell.to_dict(), int8_accuracy={})]))
 
@@ -151,16 +152,16 @@ def test_the_int8_table_shows_both_speedups_accuracy_and_quantize_time():
     calibration = {"batches": 4, "sha256": "ab" * 32, "seeds": [1, 4]}
     accuracy = {"reference": "fp32 eager", "draws": 8, "max_abs": 0.02, "rel_err": 0.013, "cosine_min": 0.9991,
                 "top1_agreement": 0.875, "top1_rows": 8}
-    cells = [Cell("resnet", backend, "ok", dtype="int8", latency=stats(ms), eager_latency=stats(4.0),
+    cells = [Cell.from_flat("resnet", backend, "ok", dtype="int8", latency=stats(ms), eager_latency=stats(4.0),
                   fp32_eager_latency=stats(6.0), compile_s=3.0, compile_phases={"quantize": 1.25, "compile": 1.75},
                   accuracy=accuracy, numerics_ok=True,
                   settings={"quantizer": {"quantizer": "nncf.quantize (post-training)"}, "calibration": calibration},
                   info={"int8_ops": {"int8": 21, "fp32": 3}})
              for backend, ms in (("openvino", 2.0), ("ort", 3.0))]
-    cells.append(Cell("resnet", "tvm", "unavailable", dtype="int8", error="tvm has no int8 path: TVM 0.27 ..."))
+    cells.append(Cell.from_flat("resnet", "tvm", "unavailable", dtype="int8", error="tvm has no int8 path: TVM 0.27 ..."))
     run = RunResults(environment={}, config={}, cells=cells)
     fill_derived(run)
-    assert run.cells[0].speedup_vs_fp32 == pytest.approx(3.0) and run.cells[0].break_even_vs_fp32_calls
+    assert run.cells[0].int8.speedup_vs_fp32 == pytest.approx(3.0) and run.cells[0].int8.break_even_vs_fp32_calls
     text = summary_markdown(run)
     assert "## int8" in text and "3.00x" in text and "2.00x" in text and "1.25" in text
     assert "0.9991" in text and "88% of 8" in text and "21/3" in text and "nncf.quantize" in text
@@ -170,7 +171,8 @@ def test_the_int8_table_shows_both_speedups_accuracy_and_quantize_time():
     html = render_html(run)
     assert "int8: each backend&#39;s own quantizer" in html or "int8: each backend's own quantizer" in html
     assert "0.9991" in html and "the same data, by sha256" in html
-    other = dataclasses.replace(cells[1], settings={**cells[1].settings, "calibration": {**calibration, "sha256": "cd"}})
+    other = dataclasses.replace(cells[1], conditions=dataclasses.replace(
+        cells[1].conditions, settings={**cells[1].conditions.settings, "calibration": {**calibration, "sha256": "cd"}}))
     assert "DIFFERENT data" in summary_markdown(RunResults(environment={}, config={}, cells=[cells[0], other]))
 
 

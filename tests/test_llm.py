@@ -98,18 +98,18 @@ def test_decode_figures_from_known_samples():
     from compare.results.derived import fill_decode
 
     steps = [1.0] * 98 + [5.0, 9.0]  # 100 steps: p99 is the 99th smallest
-    cell = Cell(workload="gpt2_decode", backend="ort", status="ok",
+    cell = Cell.from_flat(workload="gpt2_decode", backend="ort", status="ok",
                 latency=LatencyStats.from_ms([20.0, 20.0], 1), eager_latency=LatencyStats.from_ms([40.0], 1),
                 decode=_decode_record(steps, [3.0, 4.0, 5.0]))
     fill_decode(cell)
-    decode = cell.decode
+    decode = cell.scenario.decode
     assert decode["ttft_ms"] == 4.0 and decode["tpot_ms"] == {"p50": 1.0, "p99": 5.0, "n": 100}
     assert decode["tokens_per_s"] == pytest.approx(4 / 0.020)
     assert decode["eager"]["ttft_ms"] == 8.0 and decode["eager"]["tokens_per_s"] == pytest.approx(4 / 0.040)
-    few = Cell(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([20.0], 1),
+    few = Cell.from_flat(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([20.0], 1),
                eager_latency=LatencyStats.from_ms([40.0], 1), decode=_decode_record([1.0, 2.0, 3.0], [3.0]))
     fill_decode(few)
-    assert few.decode["tpot_ms"]["p50"] == 2.0 and few.decode["tpot_ms"]["p99"] is None  # 3 steps: no p99
+    assert few.scenario.decode["tpot_ms"]["p50"] == 2.0 and few.scenario.decode["tpot_ms"]["p99"] is None  # 3 steps: no p99
 
 
 @pytest.mark.unit
@@ -118,11 +118,11 @@ def test_prefill_and_decode_tokens_per_second_from_known_step_times():
     from compare.results.derived import fill_decode
 
     # Two generations each side: prefills of 4 and 8 ms; decode steps of 1 ms, then 2 ms.
-    cell = Cell(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([7.0, 14.0], 1),
+    cell = Cell.from_flat(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([7.0, 14.0], 1),
                 eager_latency=LatencyStats.from_ms([14.0, 28.0], 1), process_samples=[2],
                 decode=_decode_record([1.0] * 3 + [2.0] * 3, [4.0, 8.0]))
     fill_decode(cell)
-    decode = cell.decode
+    decode = cell.scenario.decode
     assert decode["pp_tokens_per_s"]["mean"] == pytest.approx((2000 + 1000) / 2)  # 8 tokens in 4 ms, in 8 ms
     assert decode["pp_tokens_per_s"]["sd"] == pytest.approx(707.107, rel=1e-5)
     assert decode["tg_tokens_per_s"]["mean"] == pytest.approx((1000 + 500) / 2) and decode["tg_tokens_per_s"]["n"] == 2
@@ -161,10 +161,10 @@ def test_decode_cells_show_in_the_summary_and_the_csv_and_load_back():
     from compare.report.text import summary_markdown
     from compare.results.derived import fill_derived
 
-    cell = Cell(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([20.0, 21.0], 1),
+    cell = Cell.from_flat(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([20.0, 21.0], 1),
                 eager_latency=LatencyStats.from_ms([40.0, 41.0], 1), numerics_ok=True,
                 decode=_decode_record([1.0, 2.0, 3.0], [3.0]))
-    plain = Cell(workload="mlp", backend="ort", status="ok")  # an older cell without decode
+    plain = Cell.from_flat(workload="mlp", backend="ort", status="ok")  # an older cell without decode
     results = RunResults(environment={}, config={}, cells=[cell, plain])
     fill_derived(results)
     text = summary_markdown(results)
@@ -174,7 +174,7 @@ def test_decode_cells_show_in_the_summary_and_the_csv_and_load_back():
     assert row["decode_tpot_p50_ms"] == 2.0 and row["decode_eager_ttft_ms"] == 6.0 and row["decode_recompiles"] == 0
     assert "decode_ttft_ms" not in cell_row(plain)
     again = RunResults.from_dict(results.to_dict())
-    assert again.cells[0].decode["ttft_ms"] == 3.0 and again.cells[1].decode is None
+    assert again.cells[0].scenario.decode["ttft_ms"] == 3.0 and again.cells[1].scenario.decode is None
 
 
 @pytest.mark.unit
@@ -294,11 +294,11 @@ def test_weight_only_is_a_dtype_and_its_eager_cell_is_compared_with_fp32_eager()
 
     config = cli.make_config(cli.parse(["--suite", "llm", "--dtype", "int8wo,int4wo", "--backends", "ort"]))
     assert config.dtypes == ["int8wo", "int4wo"]
-    quantized = Cell(workload="llama_decode", backend="eager", status="ok", dtype="int4wo",
+    quantized = Cell.from_flat(workload="llama_decode", backend="eager", status="ok", dtype="int4wo",
                      latency=LatencyStats.from_ms([10.0, 11.0, 10.5, 10.2], 1),
                      eager_latency=LatencyStats.from_ms([20.0, 21.0, 20.5, 20.2], 1))
     assert quantized.role == "candidate" and not quantized.is_reference
-    assert Cell(workload="w", backend="eager", status="ok").is_reference
+    assert Cell.from_flat(workload="w", backend="eager", status="ok").is_reference
     fill_speedup(quantized)
     assert quantized.speedup == pytest.approx(20.35 / 10.35, rel=1e-3) and quantized.speedup_ci is not None
 
@@ -380,9 +380,9 @@ def test_a_failed_decode_cell_gets_a_standalone_reproducer_of_its_module(tmp_pat
         reproducer = "with torch.no_grad():\n    print([tuple(t.shape) for t in model(*inputs)])\n"
 
     monkeypatch.setattr(reproducers, "backend_class", lambda name: Snippet)
-    failed = Cell(workload="llama_decode", backend="ort", status="failed", size="small",
+    failed = Cell.from_flat(workload="llama_decode", backend="ort", status="failed", size="small",
                   error=f"{part}: RuntimeError: no kernel for something")
-    toy = Cell(workload="gpt2_decode", backend="ort", status="failed", size="small", error="prefill: x")
+    toy = Cell.from_flat(workload="gpt2_decode", backend="ort", status="failed", size="small", error="prefill: x")
     results = RunResults(environment={"versions": {"torch": "2.13.0"}}, config={}, cells=[failed, toy], run_id="r")
     assert list(reproducers.decode_failures(results)) == [("llama_decode", "ort")]  # the toy has no transformers model
     assert "## LLM decode failures, with reproducers" in "\n".join(decode_failure_markdown(results))

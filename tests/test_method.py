@@ -64,7 +64,7 @@ def test_break_even_interval_is_never_when_the_speedup_interval_reaches_one():
 def _cell(workload, backend, eager_ms, ms, phases=None, tuning_s=None, groups=None, label_batch=None):
     ref = _stats(RNG.normal(eager_ms, eager_ms * 0.01, 30))
     lat = _stats(RNG.normal(ms, ms * 0.01, 30))
-    return Cell(workload=workload, backend=backend, status="ok", batch=label_batch, latency=lat,
+    return Cell.from_flat(workload=workload, backend=backend, status="ok", batch=label_batch, latency=lat,
                 eager_latency=ref, compile_phases=phases or {"compile": 2.0},
                 compile_s=sum((phases or {"compile": 2.0}).values()), tuning_s=tuning_s, numerics_ok=True,
                 process_samples=groups)
@@ -77,13 +77,13 @@ def test_break_even_counts_the_tuning_behind_a_reused_log():
     plain = _cell("mlp", "ort", 10.0, 5.0, phases={"session": 2.0})
     fill_derived(RunResults(environment={}, config={}, cells=[reused, tuned_now, unknown, plain]))
     saved_s = (reused.eager_latency.median - reused.latency.median) / 1e3
-    assert reused.break_even_calls == pytest.approx(102.0 / saved_s)
-    assert reused.break_even_calls_excl_tuning == pytest.approx(2.0 / saved_s)
+    assert reused.costs.break_even_calls == pytest.approx(102.0 / saved_s)
+    assert reused.costs.break_even_calls_excl_tuning == pytest.approx(2.0 / saved_s)
     saved_now = (tuned_now.eager_latency.median - tuned_now.latency.median) / 1e3
-    assert tuned_now.break_even_calls == pytest.approx(52.0 / saved_now)
-    assert unknown.break_even_calls is None and unknown.break_even_note.startswith("unknown")
-    assert unknown.break_even_calls_excl_tuning is not None
-    assert plain.break_even_calls_excl_tuning is None and plain.break_even_ci is not None
+    assert tuned_now.costs.break_even_calls == pytest.approx(52.0 / saved_now)
+    assert unknown.costs.break_even_calls is None and unknown.costs.break_even_note.startswith("unknown")
+    assert unknown.costs.break_even_calls_excl_tuning is not None
+    assert plain.costs.break_even_calls_excl_tuning is None and plain.costs.break_even_ci is not None
 
 
 def test_reference_deviation_against_the_eager_only_cell():
@@ -93,16 +93,16 @@ def test_reference_deviation_against_the_eager_only_cell():
     far = _cell("mlp", "tvm", 12.0, 5.0)
     results = RunResults(environment={}, config={}, cells=[eager, close, far])
     fill_derived(results)
-    assert close.eager_only_ms == pytest.approx(eager.latency.median)
-    assert close.reference_deviation == pytest.approx(close.eager_median_ms / eager.latency.median - 1)
+    assert close.spread.eager_only_ms == pytest.approx(eager.latency.median)
+    assert close.spread.reference_deviation == pytest.approx(close.eager_median_ms / eager.latency.median - 1)
     spread = reference_spread(results)
-    assert spread["largest_cell"] == "mlp / tvm" and spread["largest"] == pytest.approx(far.reference_deviation)
+    assert spread["largest_cell"] == "mlp / tvm" and spread["largest"] == pytest.approx(far.spread.reference_deviation)
     assert len(spread["beyond"]) == 1 and "mlp / tvm" in spread["beyond"][0]
 
 
 def test_geomean_uses_one_common_set_and_lists_what_it_leaves_out():
     def cell(workload, backend, speedup, status="ok"):
-        return Cell(workload=workload, backend=backend, status=status, speedup=speedup, numerics_ok=True)
+        return Cell.from_flat(workload=workload, backend=backend, status=status, speedup=speedup, numerics_ok=True)
 
     results = RunResults(environment={}, config={}, cells=[
         cell("a", "x", 2.0), cell("b", "x", 8.0), cell("c", "x", 4.0),

@@ -126,7 +126,7 @@ def test_geomean_per_backend_counts_slowdowns_and_lists_what_it_leaves_out():
     from compare.results.schema import Cell, RunResults
 
     def cell(workload, backend, speedup, status="ok", numerics_ok=True, batch=None):
-        return Cell(workload=workload, backend=backend, status=status, speedup=speedup,
+        return Cell.from_flat(workload=workload, backend=backend, status=status, speedup=speedup,
                     numerics_ok=numerics_ok, batch=batch)
 
     results = RunResults(environment={}, config={}, cells=[

@@ -91,10 +91,10 @@ def test_throughput_from_known_samples():
     eager = LatencyStats.from_ms([4.0, 4.1, 3.9, 4.0, 4.0, 4.0], 50)  # 250 inferences/s
     setting = {"streams": 2, "requests_in_flight": 4, "threads_per_stream": 1, "source": "test",
                "requests_per_sample": 100}
-    cell = Cell("mlp", "x", "ok", latency=backend, eager_latency=eager, process_samples=[6],
+    cell = Cell.from_flat("mlp", "x", "ok", latency=backend, eager_latency=eager, process_samples=[6],
                 info={"offline": {"batch": 8, "backend": setting, "eager": {**setting, "streams": 1}}})
     fill_throughput(cell)
-    tp = cell.throughput
+    tp = cell.scenario.throughput
     assert tp["per_s"] == pytest.approx(500.0) and tp["samples_per_s"] == pytest.approx(4000.0)
     assert tp["ci"][0] <= 500.0 <= tp["ci"][1] and tp["ci"][1] <= 1e3 / 1.9 + 1e-9
     assert tp["streams"] == 2 and tp["batch"] == 8
@@ -217,7 +217,7 @@ def _offline_cell(backend, batch, per_s, ci_half=0.01, workload="mlp", status="o
     tp = {"batch": batch, "per_s": per_s, "ci": [per_s * (1 - ci_half), per_s * (1 + ci_half)],
           "samples_per_s": per_s * batch, "streams": 1, "requests_in_flight": 1, "threads_per_stream": 2,
           "source": "test", "eager": {"per_s": 100.0}}
-    return Cell(workload, backend, status, batch=batch, throughput=tp if status == "ok" else None)
+    return Cell.from_flat(workload, backend, status, batch=batch, throughput=tp if status == "ok" else None)
 
 
 @pytest.mark.unit

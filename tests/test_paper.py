@@ -64,7 +64,7 @@ def test_ceiling_check_names_cells_above_a_ceiling():
     from compare.results.schema import Cell
 
     ceilings = {"peak_gflops": 10.0, "peak_gbps": 5.0, "last_level_cache_mb": 32.0}
-    fast = Cell(workload="mlp", backend="ort", status="ok", work={"flops": 1e9, "min_bytes": 8e6},
+    fast = Cell.from_flat(workload="mlp", backend="ort", status="ok", work={"flops": 1e9, "min_bytes": 8e6},
                 roofline={"achieved_gflops": 2.0, "achieved_gbps": 9.0})
     notes = ceiling_check([fast], ceilings)
     assert len(notes) == 1 and "exceeds the DRAM ceiling" in notes[0] and "32 MB last-level cache" in notes[0]

@@ -16,6 +16,7 @@ from compare.results.protocol import (
     ended,
 )
 from compare.results.schema import Cell, ResultsError, RunResults
+from compare.results.sections import SECTION_OF
 from conftest import tiny_spec
 
 pytestmark = pytest.mark.unit
@@ -88,10 +89,10 @@ def test_an_unknown_or_missing_measurement_field_is_named():
 def test_a_cell_is_built_from_a_measurement():
     cell = Cell.from_measurement(_measurement(wall_s=3.0), **IDENTITY, log="logs/mlp.ort.log")
     assert cell.key == ("mlp", "ort", "small", "cpu", None, "fp32") and cell.threads == 2
-    assert cell.latency_median_ms == 1.0 and cell.compile_phases == {"build": 0.5} and cell.wall_s == 3.0
-    assert cell.log == "logs/mlp.ort.log" and cell.status == "ok"
+    assert cell.latency_median_ms == 1.0 and cell.costs.compile_phases == {"build": 0.5} and cell.conditions.wall_s == 3.0
+    assert cell.conditions.log == "logs/mlp.ort.log" and cell.status == "ok"
     # every field the worker and the parent fill is a cell's, or said to be the process's alone
-    cell_fields = {f.name for f in dataclasses.fields(Cell)}
+    cell_fields = {f.name for f in dataclasses.fields(Cell)} | set(SECTION_OF)
     for f in dataclasses.fields(CellMeasurement):
         assert (f.name in cell_fields) != (f.name in PROCESS_ONLY), f.name
 
@@ -118,7 +119,7 @@ def test_a_version_1_file_loads_with_its_fields_of_then(tmp_path):
                 compile_phases={"export": 0.1, "import": 0.2, "build": 1.0})
     (tmp_path / "results.json").write_text(json.dumps({"schema_version": 1, "environment": {}, "cells": [cell]}))
     (back,) = RunResults.load(tmp_path).cells
-    assert back.compile_peak_mb == 50.0 and back.compile_phases == {"export": 0.1, "frontend": 0.2, "build": 1.0}
+    assert back.memory.compile_peak_mb == 50.0 and back.costs.compile_phases == {"export": 0.1, "frontend": 0.2, "build": 1.0}
     assert back.eager_median_ms == 2.0 and back.latency.n == 2
 
 

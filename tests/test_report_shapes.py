@@ -21,13 +21,13 @@ def _stats(ms: float):
 
 def _ok(workload, backend, ms, err):
     eager = _stats(2.0)
-    return Cell(workload=workload, backend=backend, status="ok", latency=_stats(ms), eager_latency=eager,
+    return Cell.from_flat(workload=workload, backend=backend, status="ok", latency=_stats(ms), eager_latency=eager,
                 compile_s=0.5, compile_phases={"compile": 0.5}, max_abs_err=err, numerics_ok=math.isfinite(err) and err < 1e-4,
                 threads=2, process_samples=[40])
 
 
 def _failed(workload, backend, status="failed"):
-    return Cell(workload=workload, backend=backend, status=status, error=f"{backend} broke on {workload}")
+    return Cell.from_flat(workload=workload, backend=backend, status=status, error=f"{backend} broke on {workload}")
 
 
 def _results(cells) -> RunResults:

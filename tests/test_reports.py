@@ -22,7 +22,7 @@ def _run(samples_by_cell, run_id, compile_s=1.0, env=None):
     cells = []
     for (workload, backend), samples in samples_by_cell.items():
         stats = summarize([s / 1e3 for s in samples], number=1)
-        cells.append(Cell(workload=workload, backend=backend, status="ok", latency=stats, compile_s=compile_s,
+        cells.append(Cell.from_flat(workload=workload, backend=backend, status="ok", latency=stats, compile_s=compile_s,
                           speedup=1.0, max_abs_err=1e-7, numerics_ok=True))
     return RunResults(environment=env or {"cpu_model": "cpu", "threads": 2, "versions": {"torch": "2.13.0"}},
                       config={}, cells=cells, run_id=run_id, started=run_id)
@@ -84,7 +84,7 @@ from compare.results.history import record_run
 i = 0
 while True:
     res = RunResults(environment={{"cpu_model": "c", "threads": 1}}, config={{}}, run_id="run%06d" % i,
-                     started="%06d" % i, cells=[Cell(workload="w", backend="b", status="ok", speedup=float(i))])
+                     started="%06d" % i, cells=[Cell.from_flat(workload="w", backend="b", status="ok", speedup=float(i))])
     record_run({db!r}, res, ".")
     i += 1
 """
@@ -172,7 +172,7 @@ def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
 
     run = _run({("mlp", "eager"): [10.0] * 5, ("mlp", "ort"): [6.0] * 5, ("mlp", "tvm"): [8.0] * 5}, "r")
     tvm = next(c for c in run.cells if c.backend == "tvm")
-    tvm.info = {"tuning": {"curve": [{"s": 5.0, "trials": 8, "estimated_ms": None},
+    tvm.conditions.info = {"tuning": {"curve": [{"s": 5.0, "trials": 8, "estimated_ms": None},
                                      {"s": 9.0, "trials": 16, "estimated_ms": 12.0},
                                      {"s": 14.0, "trials": 24, "estimated_ms": 7.5}]}}
     drawn = {}
@@ -199,8 +199,8 @@ def test_the_conditions_name_the_backends_that_pinned_their_threads():
     assert "pinned by the backend" not in conditions_line(res)  # a run that did not record it says nothing
     pinning = {("a", "openvino"): 1, ("b", "openvino"): 2, ("a", "ort"): 0}
     for cell in res.cells:
-        cell.info = {"thread_pinning": {"threads": 4, "pinned": pinning[(cell.workload, cell.backend)]}}
+        cell.conditions.info = {"thread_pinning": {"threads": 4, "pinned": pinning[(cell.workload, cell.backend)]}}
     assert conditions_line(res).endswith("threads pinned by the backend itself: openvino (2 of 4 threads)")
     for cell in res.cells:
-        cell.info["thread_pinning"]["pinned"] = 0
+        cell.conditions.info["thread_pinning"]["pinned"] = 0
     assert conditions_line(res).endswith("threads pinned by the backend itself: none")

@@ -1,9 +1,10 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from compare.results.schema import SCHEMA_VERSION, Cell, LatencyStats, ResultsError, RunResults, atomic_write_json
+from compare.results.schema import SCHEMA_VERSION, Cell, LatencyStats, ResultsError, RunResults, atomic_write_json, dumps
 
 pytestmark = pytest.mark.unit
 
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.unit
 def _results():
     stats = LatencyStats(median=1.0, p10=0.9, p90=1.2, q1=0.95, q3=1.05, mean=1.0, min=0.9, n=3, number=1,
                          samples=[0.9, 1.0, 1.1])
-    cell = Cell(workload="mlp", backend="inductor", status="ok", latency=stats, speedup=1.5,
+    cell = Cell.from_flat(workload="mlp", backend="inductor", status="ok", latency=stats, speedup=1.5,
                 max_abs_err=float("nan"), max_rel_err=float("inf"), compile_phases={"trace": 1.0})
     return RunResults(environment={"threads": 2}, config={}, cells=[cell], run_id="r1")
 
@@ -26,7 +27,7 @@ def test_round_trip(tmp_path):
     # strict JSON (no NaN, no Infinity tokens); infinity comes back as a float, NaN as null
     text = (tmp_path / "results.json").read_text()
     json.loads(text, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
-    assert cell.max_rel_err == math.inf and cell.max_abs_err is None
+    assert cell.numerics.max_rel_err == math.inf and cell.numerics.max_abs_err is None
     assert '"max_rel_err": 1e999' in text
 
 
@@ -40,7 +41,7 @@ def test_a_version_2_file_is_migrated_on_load(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(data))
     back = RunResults.load(tmp_path)
     first, lost, slow, broken = back.cells
-    assert first.max_abs_err is None and first.max_rel_err == math.inf  # no string where a float belongs
+    assert first.numerics.max_abs_err is None and first.numerics.max_rel_err == math.inf  # no string where a float belongs
     assert (lost.transient, slow.transient, broken.transient, first.transient) == (True, True, False, False)
 
 
@@ -61,9 +62,9 @@ def test_a_version_3_file_gets_one_name_and_type_per_latency(tmp_path):
 
 def test_upsert_replaces_same_key():
     res = _results()
-    res.upsert(Cell(workload="mlp", backend="inductor", status="failed", error="x"))
+    res.upsert(Cell.from_flat(workload="mlp", backend="inductor", status="failed", error="x"))
     assert len(res.cells) == 1 and res.cells[0].status == "failed"
-    res.upsert(Cell(workload="mlp", backend="ort", status="ok"))
+    res.upsert(Cell.from_flat(workload="mlp", backend="ort", status="ok"))
     assert len(res.cells) == 2
 
 
@@ -98,3 +99,28 @@ def test_bad_cell_fields(tmp_path):
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     atomic_write_json(tmp_path / "a.json", {"x": 1})
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["v7-bf16", "v8-offline", "v8-first-look"])
+def test_files_of_the_last_schema_versions_report_the_figures_they_did(name, tmp_path):
+    """Real results files of schema 7 and 8 (flat cells) read into today's sections give the
+    CSV rows the code of their time gave (every column it had), and so does the same run
+    written at today's schema and read back."""
+    import pandas as pd
+
+    from compare.results.derived import fill_derived
+    from compare.results.schema import cells_frame
+
+    folder = Path(__file__).parent / "fixtures" / "results"
+    expected = pd.read_csv(folder / f"{name}.expected.csv")
+    run = RunResults.load(folder / f"{name}.json")
+    (tmp_path / "results.json").write_text(dumps(run.to_dict()))
+    again = RunResults.load(tmp_path)
+    assert again.schema_version == SCHEMA_VERSION and "numerics" in again.to_dict()["cells"][0]
+    for results in (run, again):
+        fill_derived(results)
+        frame = cells_frame(results)
+        frame.to_csv(tmp_path / "now.csv", index=False)
+        now = pd.read_csv(tmp_path / "now.csv")[list(expected.columns)]  # through CSV: the same types
+        pd.testing.assert_frame_equal(now, expected)

@@ -16,9 +16,9 @@ ENV = {"cpu_model": "EPYC", "cores": 2, "versions": {"torch": "2.13.0"}}
 
 
 def _stored():
-    cells = [Cell("mlp", "eager", "ok"), Cell("mlp", "ort", "timeout", transient=True),
-             Cell("mlp", "tvm", "failed", error="compiler bug"),
-             Cell("mlp", "iree", "failed", error="worker killed by node loss: x", transient=True)]
+    cells = [Cell.from_flat("mlp", "eager", "ok"), Cell.from_flat("mlp", "ort", "timeout", transient=True),
+             Cell.from_flat("mlp", "tvm", "failed", error="compiler bug"),
+             Cell.from_flat("mlp", "iree", "failed", error="worker killed by node loss: x", transient=True)]
     return RunResults(environment=dict(ENV), config={}, cells=cells)
 
 

@@ -29,7 +29,7 @@ def test_the_role_follows_the_runs_reference_and_weight_only_cells_are_candidate
 
 
 def test_a_version_7_file_gets_roles_and_an_unknown_role_is_refused(tmp_path):
-    cells = [Cell(workload="mlp", backend=b, status="ok", dtype=d).to_dict()
+    cells = [Cell.from_flat(workload="mlp", backend=b, status="ok", dtype=d).to_dict()
              for b, d in (("eager", "fp32"), ("inductor", "fp32"), ("eager", "int4wo"))]
     for cell in cells:
         del cell["role"]
@@ -44,13 +44,13 @@ def test_a_version_7_file_gets_roles_and_an_unknown_role_is_refused(tmp_path):
 def test_reports_read_the_role_not_the_name():
     """A run whose reference is ORT: its ORT cell heads the matrix row as eager's would, and
     eager is one of the compared backends."""
-    reference = Cell(workload="bert", backend="ort", status="ok", role=REFERENCE, latency=_stats(10.0),
+    reference = Cell.from_flat(workload="bert", backend="ort", status="ok", role=REFERENCE, latency=_stats(10.0),
                      eager_latency=_stats(10.0), numerics_ok=True)
-    candidate = Cell(workload="bert", backend="eager", status="ok", role=CANDIDATE, latency=_stats(20.0),
+    candidate = Cell.from_flat(workload="bert", backend="eager", status="ok", role=CANDIDATE, latency=_stats(20.0),
                      eager_latency=_stats(10.0), numerics_ok=True)
     results = RunResults(environment={}, config={"reference": "ort"}, cells=[reference, candidate], run_id="r")
     fill_derived(results)
-    assert reference.speedup_ci is None and reference.break_even_note == "reference"
+    assert reference.speedup_ci is None and reference.costs.break_even_note == "reference"
     assert candidate.speedup == pytest.approx(0.5, rel=0.02) and candidate.speedup_ci is not None
     records = coverage.matrix(results)
     assert [r["backend"] for r in coverage.backend_rows(records)] == ["eager"]

@@ -151,7 +151,7 @@ def test_the_worker_searches_the_backend_and_eager_alternately(monkeypatch, tmp_
     monkeypatch.setattr(adapters, "get_backend", lambda name: PlainBackend())
     spec = tiny_spec("plain", tmp_path, threads=1, server=TINY_SERVER)
     cell = CellMeasurement.from_json(worker.measure_cell(spec).to_json())
-    server = cell.server
+    server = cell.scenario.server
     assert server is not None and server["loadgen_version"] and server["p99_bound_ms"] == 1000.0
     for side in (server, server["eager"]):
         runs = side["loadgen_runs"]
@@ -197,8 +197,8 @@ def _server_results():
               "own_p99_at_max_ms": 1.9, "loadgen_runs": [run, {**run, "result": "VALID"}],
               "eager": {"max_qps": 250.0, "p99_at_max_ms": 4.0, "loadgen_runs": [run]}, "qps_ratio_vs_eager": 2.0}
     stats = LatencyStats.from_ms([1.0, 1.0, 1.0], 1)
-    cells = [Cell("mlp", "ort", "ok", latency=stats, eager_latency=stats, server=server),
-             Cell("mlp", "openvino", "unavailable", error="no LoadGen")]
+    cells = [Cell.from_flat("mlp", "ort", "ok", latency=stats, eager_latency=stats, server=server),
+             Cell.from_flat("mlp", "openvino", "unavailable", error="no LoadGen")]
     config = {"scenario": "server", "server": {"p99_ms": None, "run_ms": 2500, "runs": 6, "min_queries": 100}}
     return RunResults(environment={"threads": 2, "cores": 2}, config=config, cells=cells)
 

@@ -69,14 +69,14 @@ def test_a_block_lasts_the_correlation_time():
 
 def test_a_cell_records_its_interval_plan_and_process_spread():
     ref, cand, groups = _processes([0.95, 1.0, 1.05])
-    cell = Cell(workload="mlp", backend="ort", status="ok", latency=cand, eager_latency=ref, process_samples=groups,
+    cell = Cell.from_flat(workload="mlp", backend="ort", status="ok", latency=cand, eager_latency=ref, process_samples=groups,
                 processes=[{"round_s": 0.05}] * 3, compile_s=1.0)
     results = RunResults(environment={}, config={}, cells=[cell],
                          experiments={"noise_probe": {"before": {"correlation_s": 0.4}}})
     fill_derived(results)
-    assert cell.interval["processes"] == 3 and cell.interval["block_rounds"] == 8
-    assert cell.interval["tail"] == 0.025  # a plain 95 % percentile interval
-    assert len(cell.speedup_processes) == 3
+    assert cell.spread.interval["processes"] == 3 and cell.spread.interval["block_rounds"] == 8
+    assert cell.spread.interval["tail"] == 0.025  # a plain 95 % percentile interval
+    assert len(cell.spread.speedup_processes) == 3
     assert cell.noisy is (cell.speedup_ci[1] - cell.speedup_ci[0] > 0.1 * cell.speedup)
 
 
@@ -106,7 +106,7 @@ def test_pooling_gives_the_warm_start_of_the_later_processes():
 
 
 def _run(values):
-    cells = [Cell(workload=w, backend="ort", status="ok", speedup=v, speedup_ci=ci) for w, (v, ci) in values.items()]
+    cells = [Cell.from_flat(workload=w, backend="ort", status="ok", speedup=v, speedup_ci=ci) for w, (v, ci) in values.items()]
     return RunResults(environment={}, config={}, cells=cells, run_id="r")
 
 
@@ -126,7 +126,7 @@ def test_single_stream_runs_also_check_the_p99_speedup():
     def tails(values):
         run = _run({w: (1.5, [1.4, 1.6]) for w in values})
         for cell in run.cells:
-            cell.tail_speedup = {"q": 99.0, "ratio": values[cell.workload][0], "ci": values[cell.workload][1]}
+            cell.scenario.tail_speedup = {"q": 99.0, "ratio": values[cell.workload][0], "ci": values[cell.workload][1]}
         return run
 
     a = tails({"mlp": (2.00, [1.53, 2.68]), "conv": (1.09, [1.00, 1.20])})
@@ -184,11 +184,11 @@ def test_system_reports_what_raises_noise():
 
 def test_a_version_5_interval_is_recomputed_on_load(tmp_path):
     ref, cand, groups = _processes([0.95, 1.0, 1.05])
-    cell = Cell(workload="mlp", backend="ort", status="ok", latency=cand, eager_latency=ref, process_samples=groups,
+    cell = Cell.from_flat(workload="mlp", backend="ort", status="ok", latency=cand, eager_latency=ref, process_samples=groups,
                 speedup_ci=[0.1, 9.0], interval={"tail": 0.005}, compile_s=1.0)
     data = RunResults(environment={}, config={}, cells=[cell]).to_dict()
     data["schema_version"] = 5
     atomic_write_json(tmp_path / "results.json", data)
     back = RunResults.load(tmp_path)
     fill_derived(back)
-    assert back.cells[0].speedup_ci != [0.1, 9.0] and back.cells[0].interval["tail"] == 0.025
+    assert back.cells[0].speedup_ci != [0.1, 9.0] and back.cells[0].spread.interval["tail"] == 0.025

@@ -256,7 +256,7 @@ def test_a_model_that_needs_a_download_or_is_missing_is_one_line_and_exit_2(spec
 
 
 def _cell(backend, status="failed", error=None, info=None, numerics_ok=True, workload="m"):
-    return Cell(workload=workload, backend=backend, status=status, error=error, info=info or {},
+    return Cell.from_flat(workload=workload, backend=backend, status=status, error=error, info=info or {},
                 numerics_ok=numerics_ok if status == "ok" else None)
 
 
@@ -295,7 +295,7 @@ def test_the_harness_csvs_have_its_columns_and_values(tmp_path):
     from compare.measure.stats import summarize
 
     def ok(backend, ms):
-        return Cell(workload="bert", backend=backend, status="ok", latency=summarize([ms / 1e3] * 10, 1),
+        return Cell.from_flat(workload="bert", backend=backend, status="ok", latency=summarize([ms / 1e3] * 10, 1),
                     eager_latency=summarize([2e-3] * 10, 1), numerics_ok=True, speedup=2.0 / ms, compile_s=3.0,
                     peak_rss_mb=1000.0)
 

@@ -119,7 +119,7 @@ class RayExecutor(Executor):
             (self.output_dir / log_rel).parent.mkdir(parents=True, exist_ok=True)
             (self.output_dir / log_rel).write_text(log_text)
             cell = self.specs.cell(measurement, group.workload, backend, group.batch, group.dtype, log=log_rel)
-            cell.info = dict(cell.info or {}, node=node)
+            cell.conditions.info = dict(cell.conditions.info or {}, node=node)
             self.hooks.announce(cell.label, backend)
             self.hooks.record(cell)
 

@@ -32,7 +32,7 @@ def ceiling_check(results_cells, ceilings: dict[str, Any]) -> list[str]:
     notes = []
     llc = ceilings.get("last_level_cache_mb")
     for cell in results_cells:
-        placed = cell.roofline
+        placed = cell.instruments.roofline
         if not placed:
             continue
         if placed["achieved_gflops"] > ceilings["peak_gflops"]:
@@ -40,7 +40,7 @@ def ceiling_check(results_cells, ceilings: dict[str, Any]) -> list[str]:
                          f"compute ceiling (counted FLOPs are estimates for pointwise ops; the matmul ceiling "
                          f"is not the machine's peak)")
         if placed["achieved_gbps"] > ceilings["peak_gbps"]:
-            mb = cell.work["min_bytes"] / 2**20
+            mb = cell.instruments.work["min_bytes"] / 2**20
             why = (f"its {mb:.1f} MB fit in the {llc:.0f} MB last-level cache" if llc and mb < llc
                    else "data reuse from caches")
             notes.append(f"{cell.label} / {cell.backend}: {placed['achieved_gbps']:.1f} GB/s exceeds the DRAM "

@@ -57,8 +57,8 @@ def classify(cell: Cell, reference: Cell | None) -> tuple[str, str]:
     if not cell.is_reference and reference is not None and reference.status != "ok":
         return "eager_fail", first_line(reference.error)
     if cell.status == "ok":
-        if cell.numerics_ok is False:
-            return "fail_accuracy", cell.numerics_error or f"max abs err {cell.max_abs_err}"
+        if cell.numerics.numerics_ok is False:
+            return "fail_accuracy", cell.numerics.numerics_error or f"max abs err {cell.numerics.max_abs_err}"
         return "pass", ""
     if cell.status in ("timeout", "unavailable"):
         return cell.status, first_line(cell.error)
@@ -72,7 +72,7 @@ def classify(cell: Cell, reference: Cell | None) -> tuple[str, str]:
 def failure_status(cell: Cell) -> tuple[str, str]:
     """A failed cell: export, convert or compile, from the op its error names, the exception's
     module and the phase it failed in."""
-    info = cell.info if isinstance(cell.info, dict) else {}
+    info = cell.conditions.info if isinstance(cell.conditions.info, dict) else {}
     error = cell.error or ""
     if op := unsupported_op(error):
         return "fail_convert", op
@@ -111,7 +111,7 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
     for (workload, size, batch, dtype, device), cells in _variants(results).items():
         ref = next((c for c in cells.values() if c.is_reference), None)
         # an ONNX file's reference is onnxruntime, said in the eager cell (adapters/eager.py)
-        reference = (ref.info or {}).get("reference") if ref is not None and isinstance(ref.info, dict) else None
+        reference = (ref.conditions.info or {}).get("reference") if ref is not None and isinstance(ref.conditions.info, dict) else None
         for backend, cell in cells.items():
             status, detail = classify(cell, ref)
             out.append({"model": workload, "label": cell.label, "size": size, "batch": cell.batch, "dtype": dtype,
@@ -119,7 +119,7 @@ def matrix(results: RunResults) -> list[dict[str, Any]]:
                         "backend": backend, "role": cell.role, "status": status, "detail": detail,
                         "speedup": cell.speedup if status == "pass" else None,
                         "speedup_ci": cell.speedup_ci if status == "pass" else None,
-                        "compile_s": cell.compile_s, "peak_mb": cell.peak_rss_mb,
+                        "compile_s": cell.compile_s, "peak_mb": cell.memory.peak_rss_mb,
                         "eager_ms": cell.eager_median_ms, "reference": reference})
     return out
 

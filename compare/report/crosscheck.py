@@ -15,7 +15,7 @@ from compare.results.schema import RunResults
 def crosscheck_frame(results: RunResults) -> pd.DataFrame:
     rows = []
     for cell in results.cells:
-        check = cell.crosscheck
+        check = cell.instruments.crosscheck
         if cell.status != "ok" or not check:
             continue
         if "ratio" not in check:

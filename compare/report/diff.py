@@ -78,7 +78,7 @@ def speedup_samples(cell: Cell, seed: int) -> np.ndarray | None:
     if cell.is_reference or ref is None or cand is None or len(ref.samples) != len(cand.samples) \
             or len(ref.samples) < 3:
         return None
-    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, cell.process_samples, seed=seed)
+    ra, rb = paired_bootstrap_medians(ref.samples, cand.samples, cell.spread.process_samples, seed=seed)
     return ra / rb
 
 
@@ -94,20 +94,21 @@ def speedup_verdict(base: Cell, new: Cell, min_effect: float = MIN_EFFECT):
 
 def comparability(base: Cell, new: Cell) -> str | None:
     """Why two cells' figures must not be compared, or None when they may."""
-    if base.cache != new.cache:
-        return f"not comparable: cache {base.cache} -> {new.cache}"
+    if base.costs.cache != new.costs.cache:
+        return f"not comparable: cache {base.costs.cache} -> {new.costs.cache}"
     from compare.report.text import backend_class
 
-    origins = [backend_class(c.backend).code_origin(c.info or {}) for c in (base, new)]
+    origins = [backend_class(c.backend).code_origin(c.conditions.info or {}) for c in (base, new)]
     if origins[0] != origins[1]:
         return f"not comparable: {origins[0] or 'no tuning'} -> {origins[1] or 'no tuning'}"
     return None
 
 
 def _numerics_change(base: Cell, new: Cell) -> str:
-    if base.numerics_ok is not None and new.numerics_ok is not None and base.numerics_ok != new.numerics_ok:
-        return "now FAILS tolerance" if not new.numerics_ok else "now within tolerance"
-    b, n = base.max_abs_err, new.max_abs_err
+    was, now = base.numerics.numerics_ok, new.numerics.numerics_ok
+    if was is not None and now is not None and was != now:
+        return "now FAILS tolerance" if not new.numerics.numerics_ok else "now within tolerance"
+    b, n = base.numerics.max_abs_err, new.numerics.max_abs_err
     if isinstance(b, float) and isinstance(n, float) and b > 0 and n > 0 and abs(math.log10(n / b)) >= 1:
         return f"max abs err {b:.2g} -> {n:.2g}"
     return "same"
@@ -120,17 +121,17 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
         old = base_by_key.get(cell.key)
         if old is None:
             out.append(CellDiff(cell.label, cell.backend, None, None, None, None, "new cell", None, "-",
-                                None, cell.max_abs_err, "-"))
+                                None, cell.numerics.max_abs_err, "-"))
             continue
         if old.status != "ok" or cell.status != "ok" or not old.latency or not cell.latency:
             out.append(CellDiff(cell.label, cell.backend, None, None, None, None,
-                                f"status {old.status} -> {cell.status}", None, "-", old.max_abs_err,
-                                cell.max_abs_err, "-"))
+                                f"status {old.status} -> {cell.status}", None, "-", old.numerics.max_abs_err,
+                                cell.numerics.max_abs_err, "-"))
             continue
         reason = comparability(old, cell)
         if reason:
             out.append(CellDiff(cell.label, cell.backend, old.latency.median, cell.latency.median, None, None,
-                                reason, None, "-", old.max_abs_err, cell.max_abs_err, _numerics_change(old, cell)))
+                                reason, None, "-", old.numerics.max_abs_err, cell.numerics.max_abs_err, _numerics_change(old, cell)))
             continue
         ratio, ci, verdict = latency_verdict(old.latency.samples, cell.latency.samples, min_effect)
         compile_ratio, compile_verdict = None, "-"
@@ -140,13 +141,13 @@ def diff_cells(base: RunResults, new: RunResults, min_effect: float = MIN_EFFECT
                                else "faster" if compile_ratio < 1 - COMPILE_TOLERANCE else "unchanged")
         s_ratio, s_ci, s_verdict = speedup_verdict(old, cell, min_effect)
         out.append(CellDiff(cell.label, cell.backend, old.latency.median, cell.latency.median, ratio, ci,
-                            verdict, compile_ratio, compile_verdict, old.max_abs_err, cell.max_abs_err,
+                            verdict, compile_ratio, compile_verdict, old.numerics.max_abs_err, cell.numerics.max_abs_err,
                             _numerics_change(old, cell), s_ratio, s_ci, s_verdict))
     new_keys = {c.key for c in new.cells}
     for old in base.cells:
         if old.key not in new_keys:
             out.append(CellDiff(old.label, old.backend, None, None, None, None, "missing in new run", None, "-",
-                                old.max_abs_err, None, "-"))
+                                old.numerics.max_abs_err, None, "-"))
     return out
 
 

@@ -16,7 +16,7 @@ from compare.results.schema import Cell, RunResults
 
 
 def _profiled(cell: Cell) -> bool:
-    return cell.status == "ok" and bool(cell.profile) and "kernels" in cell.profile
+    return cell.status == "ok" and bool(cell.instruments.profile) and "kernels" in cell.instruments.profile
 
 
 OUTSIDE = "outside kernels"  # the profiled call's time that no kernel accounts for (dispatch, VM, Python)
@@ -51,17 +51,17 @@ def _top(profile: dict[str, Any], count: int = 3) -> str:
 
 def explain_frame(results: RunResults) -> pd.DataFrame:
     """One row per cell: kernels per call against eager's ops, shares, longest kernels."""
-    eager_ops = {c.label: launches(c.profile) for c in results.cells if c.is_reference and _profiled(c)}
+    eager_ops = {c.label: launches(c.instruments.profile) for c in results.cells if c.is_reference and _profiled(c)}
     rows = []
     for cell in results.cells:
-        if cell.status != "ok" or cell.profile is None:
+        if cell.status != "ok" or cell.instruments.profile is None:
             continue
         row: dict[str, Any] = {"workload": cell.label, "backend": cell.backend}
         if not _profiled(cell):
-            row["note"] = cell.profile.get("unavailable", "no profile")
+            row["note"] = cell.instruments.profile.get("unavailable", "no profile")
             rows.append(row)
             continue
-        p = cell.profile
+        p = cell.instruments.profile
         row.update({"kernels per call": round(launches(p), 1), "eager ops per call": eager_ops.get(cell.label),
                     "distinct kernels": len(p["kernels"])})
         row.update({k: f"{v:.0%}" for k, v in category_shares(p).items()})
@@ -86,7 +86,7 @@ def backend_notes(results: RunResults) -> list[str]:
     Inductor's realization rule), once per backend."""
     notes: dict[str, str] = {}
     for cell in results.cells:
-        facts = (cell.profile or {}).get("facts") or {}
+        facts = (cell.instruments.profile or {}).get("facts") or {}
         if "realization" in facts:
             notes.setdefault(cell.backend, facts["realization"])
     return [f"- {backend}: {text}." for backend, text in notes.items()]

@@ -127,17 +127,17 @@ def plot_speedups(results: RunResults) -> str | None:
 
 
 def plot_compile_phases(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if not c.is_reference and c.compile_phases]
+    cells = [c for c in _ok_cells(results) if not c.is_reference and c.costs.compile_phases]
     if not cells:
         return None
     plt = _plt()
-    labels = [f"{c.label}\n{c.backend}" + (f" ({c.cache})" if c.cache else "") for c in cells]
+    labels = [f"{c.label}\n{c.backend}" + (f" ({c.costs.cache})" if c.costs.cache else "") for c in cells]
     # Each cell lists its phases in the order they ran: keep that order, first seen first.
-    phases = list(dict.fromkeys(p for c in cells for p in c.compile_phases))
+    phases = list(dict.fromkeys(p for c in cells for p in c.costs.compile_phases))
     fig, ax = plt.subplots(figsize=(7, max(3, 0.35 * len(cells))))
     left = [0.0] * len(cells)
     for phase in phases:
-        widths = [c.compile_phases.get(phase, 0.0) for c in cells]
+        widths = [c.costs.compile_phases.get(phase, 0.0) for c in cells]
         ax.barh(range(len(cells)), widths, left=left, label=phase)
         left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(range(len(cells)), labels, fontsize=7)
@@ -150,17 +150,17 @@ def plot_compile_phases(results: RunResults) -> str | None:
 
 
 def plot_amortization(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if c.amortization]
+    cells = [c for c in _ok_cells(results) if c.costs.amortization]
     if not cells:
         return None
     fig, axes, workloads = _workload_panels(cells)
     for ax, w in zip(axes, workloads):
         eager_drawn = False
         for c in (c for c in cells if c.label == w):
-            ns = [p["calls"] for p in c.amortization]
-            ax.plot(ns, [p["compiled_s"] for p in c.amortization], marker=".", label=c.backend)
+            ns = [p["calls"] for p in c.costs.amortization]
+            ax.plot(ns, [p["compiled_s"] for p in c.costs.amortization], marker=".", label=c.backend)
             if not eager_drawn:
-                ax.plot(ns, [p["eager_s"] for p in c.amortization], "k--", label="eager")
+                ax.plot(ns, [p["eager_s"] for p in c.costs.amortization], "k--", label="eager")
                 eager_drawn = True
         _log_log_panel(ax, w, "calls", "cumulative s")
     return _finish_panels(fig, axes, len(workloads), "Compile + n x latency against n x eager latency")
@@ -172,7 +172,7 @@ def plot_tuning_curves(results: RunResults) -> str | None:
     (``Backend.search_curve``), with eager's and the best backend's measured latencies as
     lines, and the tuned build's own as a dot."""
     curves = [(c, curve) for c in results.cells
-              if (curve := backend_class(c.backend).search_curve(c.info if isinstance(c.info, dict) else {}))]
+              if (curve := backend_class(c.backend).search_curve(c.conditions.info if isinstance(c.conditions.info, dict) else {}))]
     if not curves:
         return None
     plt = _plt()
@@ -230,18 +230,18 @@ def plot_dynamic(results: RunResults) -> str | None:
 
 def plot_roofline(results: RunResults) -> str | None:
     ceilings = results.experiments.get("roofline_ceilings")
-    cells = [c for c in _ok_cells(results) if c.roofline and c.roofline.get("arithmetic_intensity")]
+    cells = [c for c in _ok_cells(results) if c.instruments.roofline and c.instruments.roofline.get("arithmetic_intensity")]
     if not ceilings or not cells:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
-    ai_min = min(c.roofline["arithmetic_intensity"] for c in cells) / 4
-    ai_max = max(c.roofline["arithmetic_intensity"] for c in cells) * 4
+    ai_min = min(c.instruments.roofline["arithmetic_intensity"] for c in cells) / 4
+    ai_max = max(c.instruments.roofline["arithmetic_intensity"] for c in cells) * 4
     xs = [ai_min * (ai_max / ai_min) ** (i / 50) for i in range(51)]
     ax.plot(xs, [min(ceilings["peak_gflops"], x * ceilings["peak_gbps"]) for x in xs], "k-", label="roofline")
     for backend in dict.fromkeys(c.backend for c in cells):
         pts = [c for c in cells if c.backend == backend]
-        ax.scatter([c.roofline["arithmetic_intensity"] for c in pts], [c.roofline["achieved_gflops"] for c in pts],
+        ax.scatter([c.instruments.roofline["arithmetic_intensity"] for c in pts], [c.instruments.roofline["achieved_gflops"] for c in pts],
                    label=backend, s=18)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -253,14 +253,14 @@ def plot_roofline(results: RunResults) -> str | None:
 
 
 def plot_numerics(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if not c.is_reference and isinstance(c.max_abs_err, float)
-             and math.isfinite(c.max_abs_err)]
+    cells = [c for c in _ok_cells(results) if not c.is_reference and isinstance(c.numerics.max_abs_err, float)
+             and math.isfinite(c.numerics.max_abs_err)]
     if not cells:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, max(3, 0.3 * len(cells))))
-    ax.barh(range(len(cells)), [max(c.max_abs_err, 1e-12) for c in cells],
-            color=["tab:blue" if c.numerics_ok else "tab:red" for c in cells])
+    ax.barh(range(len(cells)), [max(c.numerics.max_abs_err, 1e-12) for c in cells],
+            color=["tab:blue" if c.numerics.numerics_ok else "tab:red" for c in cells])
     ax.set_yticks(range(len(cells)), [f"{c.label} / {c.backend}" for c in cells], fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
@@ -289,7 +289,7 @@ def plot_batch_scaling(results: RunResults) -> str | None:
 
 def plot_time_breakdown(results: RunResults) -> str | None:
     """Per workload: each backend's kernel ms per call, stacked by category (--explain)."""
-    cells = [c for c in _ok_cells(results) if c.profile and "kernels" in c.profile]
+    cells = [c for c in _ok_cells(results) if c.instruments.profile and "kernels" in c.instruments.profile]
     if not cells:
         return None
     fig, axes, workloads = _workload_panels(cells)
@@ -297,7 +297,7 @@ def plot_time_breakdown(results: RunResults) -> str | None:
         mine = [c for c in cells if c.label == workload]
         left = [0.0] * len(mine)
         for category in (*CATEGORIES, OUTSIDE):
-            widths = [category_ms(c.profile)[category] for c in mine]
+            widths = [category_ms(c.instruments.profile)[category] for c in mine]
             ax.barh(range(len(mine)), widths, left=left, label=category)
             left = [a + b for a, b in zip(left, widths)]
         ax.set_yticks(range(len(mine)), [c.backend for c in mine], fontsize=7)
@@ -311,7 +311,7 @@ def plot_time_breakdown(results: RunResults) -> str | None:
 def plot_request_latency(results: RunResults) -> str | None:
     """Single-stream: each cell's per-request latency as a CDF, one panel per workload, with
     eager's requests from the same workers dashed."""
-    cells = [c for c in _ok_cells(results) if c.request_latency_ms]
+    cells = [c for c in _ok_cells(results) if c.scenario.request_latency_ms]
     if not cells:
         return None
     import numpy as np
@@ -335,25 +335,25 @@ def plot_request_latency(results: RunResults) -> str | None:
 def plot_throughput(results: RunResults) -> str | None:
     """Offline: inferences/s per backend with its 95% interval, one panel per workload; each
     bar says its streams, and eager's figure from the same workers is the dashed line."""
-    cells = [c for c in _ok_cells(results) if c.throughput]
+    cells = [c for c in _ok_cells(results) if c.scenario.throughput]
     if not cells:
         return None
     fig, axes, workloads = _workload_panels(cells)
     for ax, w in zip(axes, workloads):
         mine = [c for c in cells if c.label == w]
-        rates = [c.throughput["per_s"] for c in mine]
-        ci = [c.throughput.get("ci") or [r, r] for c, r in zip(mine, rates)]
+        rates = [c.scenario.throughput["per_s"] for c in mine]
+        ci = [c.scenario.throughput.get("ci") or [r, r] for c, r in zip(mine, rates)]
         errors = [[r - lo for r, (lo, _) in zip(rates, ci)], [hi - r for r, (_, hi) in zip(rates, ci)]]
         bars = ax.bar(range(len(mine)), rates, yerr=errors, capsize=3)
         for bar, c, (_, high) in zip(bars, mine, ci):  # above the interval's top, not on it
-            ax.annotate(f"{c.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
+            ax.annotate(f"{c.scenario.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
                         ha="center", va="bottom", fontsize=6, xytext=(0, 3), textcoords="offset points")
-        eager = [c.throughput[REFERENCE_SIDE]["per_s"] for c in mine if not c.is_reference]
+        eager = [c.scenario.throughput[REFERENCE_SIDE]["per_s"] for c in mine if not c.is_reference]
         if eager:
             ax.axhline(statistics.median(eager), linestyle="--", linewidth=1, color="grey", label="eager (in-cell)")
             ax.legend(fontsize=6)
         ax.set_xticks(range(len(mine)), [c.backend for c in mine], fontsize=7, rotation=30)
-        batch = mine[0].throughput.get("batch")
+        batch = mine[0].scenario.throughput.get("batch")
         ax.set_ylabel("inferences/s" + (f" (batch {batch})" if batch else ""))
         ax.set_title(w, fontsize=9)
     return _finish_panels(fig, axes, len(workloads), "Throughput, offline (each backend's own streams; 95% CI)")

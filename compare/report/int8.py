@@ -23,33 +23,33 @@ def _ratio(value: float | None, interval: list[float] | None) -> str:
 
 
 def _quantizer(cell: Cell) -> str:
-    quantizer = (cell.settings or {}).get("quantizer")
+    quantizer = (cell.conditions.settings or {}).get("quantizer")
     if isinstance(quantizer, dict):
         return str(quantizer.get("quantizer", "-")).split(" (")[0]
     return "-"
 
 
 def _accuracy(cell: Cell) -> list[str]:
-    acc = cell.accuracy or {}
+    acc = cell.int8.accuracy or {}
     if not acc or acc.get("error"):
         return [acc.get("error", "-"), "-", "-"]
-    top1, error = acc.get("top1_agreement"), cell.numerics_error or ""
+    top1, error = acc.get("top1_agreement"), cell.numerics.numerics_error or ""
 
     def failed(metric: str) -> str:  # FAIL beside the metric the int8 verdict names
-        return " FAIL" if cell.numerics_ok is False and metric in error else ""
+        return " FAIL" if cell.numerics.numerics_ok is False and metric in error else ""
     return [f"{acc['cosine_min']:.4f}{failed('cosine')}", f"{acc['rel_err']:.3f}{failed('relative error')}",
             "-" if top1 is None else f"{top1:.0%} of {acc['top1_rows']}{failed('top-1')}"]
 
 
 def _ops(cell: Cell) -> str:
-    ops = (cell.info or {}).get("int8_ops")
+    ops = (cell.conditions.info or {}).get("int8_ops")
     return f"{ops['int8']}/{ops['fp32']}" if isinstance(ops, dict) else "-"
 
 
 def _break_even(cell: Cell) -> str:
-    if cell.status != "ok" or cell.speedup_vs_fp32 is None:
+    if cell.status != "ok" or cell.int8.speedup_vs_fp32 is None:
         return "-"
-    value = cell.break_even_vs_fp32_calls
+    value = cell.int8.break_even_vs_fp32_calls
     return "never" if value is None or math.isinf(value) else f"{math.ceil(value):,}"
 
 
@@ -61,11 +61,11 @@ def int8_rows(results: RunResults) -> list[list[str]]:
         ok = cell.status == "ok"
         status = cell.status if ok else f"{cell.status}: {cell.error}"
         rows.append([cell.label, cell.backend, status, _quantizer(cell),
-                     _seconds((cell.compile_phases or {}).get("quantize")) if ok else "-",
+                     _seconds((cell.costs.compile_phases or {}).get("quantize")) if ok else "-",
                      _seconds(cell.compile_s) if ok else "-",
                      f"{cell.latency.median:.4g}" if cell.latency else "-",
                      "(reference)" if cell.is_reference and ok else _ratio(cell.speedup, cell.speedup_ci),
-                     _ratio(cell.speedup_vs_fp32, cell.speedup_vs_fp32_ci), _break_even(cell),
+                     _ratio(cell.int8.speedup_vs_fp32, cell.int8.speedup_vs_fp32_ci), _break_even(cell),
                      *_accuracy(cell), _ops(cell)])
     return rows
 
@@ -80,7 +80,7 @@ def calibration_line(results: RunResults) -> str | None:
     by_workload: dict[str, set[str]] = {}
     batches: set[int] = set()
     for cell in results.cells:
-        record = (cell.settings or {}).get("calibration")
+        record = (cell.conditions.settings or {}).get("calibration")
         if cell.dtype in QUANTIZED_DTYPES and isinstance(record, dict):
             by_workload.setdefault(cell.label, set()).add(record["sha256"])
             batches.add(record["batches"])

@@ -21,13 +21,13 @@ def _group(cell: Cell) -> Group:
 
 
 def _samples_per_s(cell: Cell) -> float | None:
-    tp = cell.throughput or {}
+    tp = cell.scenario.throughput or {}
     return tp.get("samples_per_s") if cell.status == "ok" and tp.get("batch") else None
 
 
 def _samples_ci(cell: Cell) -> tuple[float, float] | None:
     """samples/s's 95% interval: the inferences/s interval times the batch."""
-    tp = cell.throughput or {}
+    tp = cell.scenario.throughput or {}
     ci = tp.get("ci")
     return (ci[0] * tp["batch"], ci[1] * tp["batch"]) if ci else None
 
@@ -41,7 +41,7 @@ def batch_sweeps(results: RunResults) -> dict[Group, list[Cell]]:
             groups.setdefault(_group(cell), []).append(cell)
     sweeps = {}
     for key, cells in groups.items():
-        if len({c.throughput["batch"] for c in cells}) >= 2:
+        if len({c.scenario.throughput["batch"] for c in cells}) >= 2:
             sweeps[key] = sorted(cells, key=lambda c: -float(_samples_per_s(c) or 0.0))
     return sweeps
 
@@ -56,7 +56,7 @@ def _ties(cells: list[Cell]) -> str:
     best = _samples_ci(cells[0])
     if best is None:
         return "-"
-    tied = [c.throughput["batch"] for c in cells[1:] if (ci := _samples_ci(c)) is not None and ci[1] >= best[0]]
+    tied = [c.scenario.throughput["batch"] for c in cells[1:] if (ci := _samples_ci(c)) is not None and ci[1] >= best[0]]
     return ", ".join(f"b{b}" for b in tied) or "none"
 
 
@@ -65,11 +65,11 @@ def best_batch_rows(results: RunResults) -> list[dict[str, Any]]:
     rows = []
     for (workload, _size, dtype, backend), cells in batch_sweeps(results).items():
         best = cells[0]
-        by_batch = sorted(cells, key=lambda c: c.throughput["batch"])
+        by_batch = sorted(cells, key=lambda c: c.scenario.throughput["batch"])
         rows.append({"workload": variant_label(workload, None, dtype), "backend": backend,
-                     "best batch": best.throughput["batch"], "samples/s": f"{_samples_per_s(best):.4g}",
+                     "best batch": best.scenario.throughput["batch"], "samples/s": f"{_samples_per_s(best):.4g}",
                      "within 95% CI": _ties(cells),
-                     "samples/s by batch": ", ".join(f"b{c.throughput['batch']}: {_samples_per_s(c):.4g}"
+                     "samples/s by batch": ", ".join(f"b{c.scenario.throughput['batch']}: {_samples_per_s(c):.4g}"
                                                      for c in by_batch),
-                     "streams": best.throughput.get("streams")})
+                     "streams": best.scenario.throughput.get("streams")})
     return rows

@@ -98,12 +98,12 @@ def _speedup_section(cells) -> list[str]:
 def _amortization_section(cells) -> list[str]:
     rows = []
     for c in cells:
-        if not c.amortization:
+        if not c.costs.amortization:
             continue
         row = {"workload": c.label, "backend": c.backend, "compile s": _fmt(c.compile_s, ".3g"),
-               "tuning s behind the log": _fmt(c.tuning_s, ".0f") if "tune" in c.compile_phases else "-",
+               "tuning s behind the log": _fmt(c.costs.tuning_s, ".0f") if "tune" in c.costs.compile_phases else "-",
                "break-even calls [95% CI]": fmt_break_even(c)}
-        for point in c.amortization:
+        for point in c.costs.amortization:
             if point["calls"] in (100, 10_000, 1_000_000):
                 row[f"n={point['calls']:,}: compiled/eager s"] = f"{point['compiled_s']:.3g} / {point['eager_s']:.3g}"
         rows.append(row)
@@ -117,12 +117,12 @@ def _amortization_section(cells) -> list[str]:
 
 
 def _numerics_section(cells, cfg: dict[str, Any]) -> list[str]:
-    rows = [{"workload": c.label, "backend": c.backend, "draws": c.numerics_draws,
-             "max abs vs eager fp32": _fmt(c.max_abs_err), "max rel vs eager fp32": _fmt(c.max_rel_err),
-             "max abs vs fp64": _fmt(c.max_abs_err_fp64), "eager's own max abs vs fp64": _fmt(c.eager_max_abs_err_fp64),
-             "within tolerance": "yes" if c.numerics_ok else f"NO: {c.numerics_error}"} for c in cells]
+    rows = [{"workload": c.label, "backend": c.backend, "draws": c.numerics.numerics_draws,
+             "max abs vs eager fp32": _fmt(c.numerics.max_abs_err), "max rel vs eager fp32": _fmt(c.numerics.max_rel_err),
+             "max abs vs fp64": _fmt(c.numerics.max_abs_err_fp64), "eager's own max abs vs fp64": _fmt(c.numerics.eager_max_abs_err_fp64),
+             "within tolerance": "yes" if c.numerics.numerics_ok else f"NO: {c.numerics.numerics_error}"} for c in cells]
     # a non-finite error is stored as null: the worst case then is "not a number"
-    worst = max((math.inf if c.max_abs_err is None else c.max_abs_err for c in cells), default=0.0)
+    worst = max((math.inf if c.numerics.max_abs_err is None else c.numerics.max_abs_err for c in cells), default=0.0)
     return ["", "## 3. Numerical agreement", "",
             f"Worst case over {cfg.get('numerics_draws', 1)} fresh seeded input draws per cell. Relative error divides "
             "by max(|reference|, atol) so references near zero do not explode it. Sampled inputs are a check, not a "
@@ -130,10 +130,10 @@ def _numerics_section(cells, cfg: dict[str, Any]) -> list[str]:
 
 
 def _memory_section(cells, results: RunResults) -> list[str]:
-    rows = [{"workload": c.label, "backend": c.backend, "load MB": _fmt(c.load_mb, ".0f"),
-             "compile peak MB": _fmt(c.compile_peak_mb, ".0f"),
-             "of which child processes": _fmt(c.compile_children_peak_mb, ".0f"),
-             "steady state MB": _fmt(c.steady_state_mb, ".1f"), "one call's transient MB": _fmt(c.call_peak_mb, ".1f")}
+    rows = [{"workload": c.label, "backend": c.backend, "load MB": _fmt(c.memory.load_mb, ".0f"),
+             "compile peak MB": _fmt(c.memory.compile_peak_mb, ".0f"),
+             "of which child processes": _fmt(c.memory.compile_children_peak_mb, ".0f"),
+             "steady state MB": _fmt(c.memory.steady_state_mb, ".1f"), "one call's transient MB": _fmt(c.memory.call_peak_mb, ".1f")}
             for c in cells]
     return ["", "## 5. Memory", "",
             "Three figures per cell, in MB. *Load*: the resident memory that importing the backend's libraries and "
@@ -160,12 +160,13 @@ def _roofline_section(cells, experiments: dict[str, Any]) -> list[str]:
                "matmul/conv plus a documented per-element cost for pointwise, normalization and reduction ops "
                "(transcendentals cost 10-16, see compare/roofline.py); minimum bytes = inputs + weights + "
                "outputs once. Fraction = roofline-bound time / measured time.")
-    rows = [{"workload": c.label, "backend": c.backend, "GFLOP": _fmt(c.work["flops"] / 1e9, ".3g"),
-             "of which pointwise": _fmt(c.work.get("pointwise_flops", 0) / 1e9, ".3g"),
-             "MB": _fmt(c.work["min_bytes"] / 1e6, ".3g"), "bound": c.roofline["bound"],
-             "GFLOP/s": _fmt(c.roofline["achieved_gflops"], ".3g"),
-             "GB/s": _fmt(c.roofline["achieved_gbps"], ".3g"),
-             "fraction of roofline": f"{c.roofline['fraction_of_roofline'] * 100:.1f}%"} for c in cells if c.roofline]
+    rows = [{"workload": c.label, "backend": c.backend, "GFLOP": _fmt(c.instruments.work["flops"] / 1e9, ".3g"),
+             "of which pointwise": _fmt(c.instruments.work.get("pointwise_flops", 0) / 1e9, ".3g"),
+             "MB": _fmt(c.instruments.work["min_bytes"] / 1e6, ".3g"), "bound": c.instruments.roofline["bound"],
+             "GFLOP/s": _fmt(c.instruments.roofline["achieved_gflops"], ".3g"),
+             "GB/s": _fmt(c.instruments.roofline["achieved_gbps"], ".3g"),
+             "fraction of roofline": f"{c.instruments.roofline['fraction_of_roofline'] * 100:.1f}%"}
+            for c in cells if c.instruments.roofline]
     out += ["", _table(rows)]
     exceeded = ceiling_check(cells, ceilings)
     out += ["", "Where a measured ceiling does not bound what a backend reached:", ""]
@@ -188,15 +189,15 @@ def _fusion_section(cells) -> list[str]:
            "(inputs + weights + outputs, once) over the measured median, so fusion shows as fewer kernels and more "
            "of the minimum traffic per second.", ""]
     chosen = [c for c in cells if c.workload in FUSION_WORKLOADS]
-    eager_ops = {c.label: launches(c.profile) for c in chosen
-                 if c.is_reference and c.profile and "kernels" in c.profile}
-    rows = [{"workload": c.label, "backend": c.backend, "kernels per call": round(launches(c.profile), 1),
+    eager_ops = {c.label: launches(c.instruments.profile) for c in chosen
+                 if c.is_reference and c.instruments.profile and "kernels" in c.instruments.profile}
+    rows = [{"workload": c.label, "backend": c.backend, "kernels per call": round(launches(c.instruments.profile), 1),
              "eager ops per call": _fmt(eager_ops.get(c.label), ".0f"),
-             "minimum MB": _fmt(c.work["min_bytes"] / 1e6, ".3g") if c.work else "-",
-             "achieved GB/s": (_fmt(c.work["min_bytes"] / (c.latency.median * 1e-3) / 1e9, ".3g")
-                               if c.work and c.latency else "-"),
+             "minimum MB": _fmt(c.instruments.work["min_bytes"] / 1e6, ".3g") if c.instruments.work else "-",
+             "achieved GB/s": (_fmt(c.instruments.work["min_bytes"] / (c.latency.median * 1e-3) / 1e9, ".3g")
+                               if c.instruments.work and c.latency else "-"),
              "speedup": _speedup_cell(c) if not c.is_reference else "1.00x"}
-            for c in chosen if c.profile and "kernels" in c.profile]
+            for c in chosen if c.instruments.profile and "kernels" in c.instruments.profile]
     if not rows:
         return out + ["(no kernel profiles: run `compare paper --explain` for this part)"]
     return out + [_table(rows), "", f"Paper: {PAPER_SPEEDUP['elementwise_chain']} on the chain and "

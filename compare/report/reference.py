@@ -41,10 +41,10 @@ def deviation_frame(runs: dict[str, RunResults]) -> pd.DataFrame:
     rows: dict[tuple, dict[str, Any]] = {}
     for name, results in runs.items():
         for cell in results.cells:
-            if cell.is_reference or cell.reference_deviation is None:
+            if cell.is_reference or cell.spread.reference_deviation is None:
                 continue
             row = rows.setdefault((cell.label, cell.backend), {"workload": cell.label, "backend": cell.backend})
-            row[name] = _pct(cell.reference_deviation)
+            row[name] = _pct(cell.spread.reference_deviation)
     return pd.DataFrame(list(rows.values()))
 
 

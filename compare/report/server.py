@@ -32,7 +32,7 @@ def server_rows(results: RunResults) -> list[dict[str, Any]]:
     """One row per cell with a server record (a cell that could not run it says why in the main table)."""
     rows = []
     for cell in results.cells:
-        server = cell.server
+        server = cell.scenario.server
         if server is None:
             continue
         eager = server.get(REFERENCE_SIDE) or {}
@@ -66,6 +66,6 @@ def server_markdown(results: RunResults) -> list[str]:
     rows = server_rows(results)
     if not rows:
         return []
-    versions = sorted({str(c.server.get("loadgen_version")) for c in results.cells if c.server})
+    versions = sorted({str(c.scenario.server.get("loadgen_version")) for c in results.cells if c.scenario.server})
     return ["", "## Server (LoadGen)", "", pd.DataFrame(rows).to_markdown(index=False), "",
             SERVER_NOTE + f" LoadGen {', '.join(versions)}."]

@@ -53,7 +53,7 @@ def _half_width(value: float, ci: tuple[float, float]) -> float:
 
 def _usable(cell: Cell) -> bool:
     return (cell.status == "ok" and not cell.is_reference and cell.speedup is not None
-            and cell.speedup_ci is not None and cell.numerics_ok is not False)
+            and cell.speedup_ci is not None and cell.numerics.numerics_ok is not False)
 
 
 def speedup_figure(cell: Cell) -> tuple[float, list[float]] | None:
@@ -63,7 +63,7 @@ def speedup_figure(cell: Cell) -> tuple[float, list[float]] | None:
 
 def tail_figure(cell: Cell) -> tuple[float, list[float]] | None:
     """Single-stream: eager's p99 request over the backend's, and its interval."""
-    tail = cell.tail_speedup
+    tail = cell.scenario.tail_speedup
     return (tail["ratio"], tail["ci"]) if tail and _usable(cell) else None
 
 

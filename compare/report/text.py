@@ -43,16 +43,16 @@ def fmt_speedup(cell: Cell) -> str:
 
 def fmt_process_spread(cell: Cell) -> str:
     """Each process's own speedup, lowest to highest: the between-process spread."""
-    if not cell.speedup_processes:
+    if not cell.spread.speedup_processes:
         return "-"
-    values = sorted(cell.speedup_processes)
+    values = sorted(cell.spread.speedup_processes)
     return f"{values[0]:.2f}-{values[-1]:.2f}x ({len(values)})"
 
 
 def fmt_warm_start(cell: Cell) -> str:
-    if cell.warm_start_s is None:
+    if cell.costs.warm_start_s is None:
         return "-"
-    return fmt_seconds(cell.warm_start_s) + (f" ({cell.warm_cache})" if cell.warm_cache and cell.warm_cache != "hit"
+    return fmt_seconds(cell.costs.warm_start_s) + (f" ({cell.costs.warm_cache})" if cell.costs.warm_cache and cell.costs.warm_cache != "hit"
                                              else "")
 
 
@@ -73,16 +73,16 @@ def fmt_break_even(cell: Cell) -> str:
         return "-"
     if cell.is_reference:
         return "(reference)"
-    if cell.break_even_calls is None:
-        if cell.break_even_note and cell.break_even_note.startswith("unknown"):
-            excl = cell.break_even_calls_excl_tuning
+    if cell.costs.break_even_calls is None:
+        if cell.costs.break_even_note and cell.costs.break_even_note.startswith("unknown"):
+            excl = cell.costs.break_even_calls_excl_tuning
             return "unknown with tuning" + (f"; {_calls(excl)} without" if excl else "")
         return "never"
-    text = _calls(cell.break_even_calls)
-    if cell.break_even_ci:
-        text += f" [{_calls(cell.break_even_ci[0])}-{_calls(cell.break_even_ci[1])}]"
-    if cell.break_even_calls_excl_tuning is not None:
-        text += f" ({_calls(cell.break_even_calls_excl_tuning)} without tuning)"
+    text = _calls(cell.costs.break_even_calls)
+    if cell.costs.break_even_ci:
+        text += f" [{_calls(cell.costs.break_even_ci[0])}-{_calls(cell.costs.break_even_ci[1])}]"
+    if cell.costs.break_even_calls_excl_tuning is not None:
+        text += f" ({_calls(cell.costs.break_even_calls_excl_tuning)} without tuning)"
     return text
 
 
@@ -91,24 +91,25 @@ def fmt_reference(cell: Cell) -> str:
     if cell.eager_median_ms is None:
         return "-"
     text = f"{cell.eager_median_ms:.4g}"
-    if not cell.is_reference and cell.reference_deviation is not None:
-        flag = " !" if abs(cell.reference_deviation) > REFERENCE_TOLERANCE else ""
-        text += f" ({cell.reference_deviation * 100:+.1f}%{flag})"
+    if not cell.is_reference and cell.spread.reference_deviation is not None:
+        flag = " !" if abs(cell.spread.reference_deviation) > REFERENCE_TOLERANCE else ""
+        text += f" ({cell.spread.reference_deviation * 100:+.1f}%{flag})"
     return text
 
 
 def fmt_numerics(cell: Cell) -> str:
-    if cell.numerics_ok is None:
+    if cell.numerics.numerics_ok is None:
         return "-"
-    return fmt_err(cell.max_abs_err) + ("" if cell.numerics_ok else " FAIL")
+    return fmt_err(cell.numerics.max_abs_err) + ("" if cell.numerics.numerics_ok else " FAIL")
 
 
 def fmt_status(cell: Cell) -> str:
     notes = []
-    if cell.cache in ("hit", "miss", "bypass"):
-        notes.append(f"cache {cell.cache}")
-    notes += backend_class(cell.backend).status_notes(cell.info if isinstance(cell.info, dict) else {}, cell.tuning_s)
-    check = cell.crosscheck or {}
+    if cell.costs.cache in ("hit", "miss", "bypass"):
+        notes.append(f"cache {cell.costs.cache}")
+    info = cell.conditions.info if isinstance(cell.conditions.info, dict) else {}
+    notes += backend_class(cell.backend).status_notes(info, cell.costs.tuning_s)
+    check = cell.instruments.crosscheck or {}
     if check.get("flagged"):
         notes.append(f"own tool {check['ratio'] - 1:+.0%}: {check['tool']}")
     return cell.status + (f" ({', '.join(notes)})" if notes else "")
@@ -128,7 +129,7 @@ def summary_rows(results: RunResults) -> list[list[str]]:
             fmt_status(cell),
             fmt_seconds(cell.compile_s) if cell.status == "ok" else "-",
             fmt_warm_start(cell),
-            fmt_seconds(cell.time_to_first_result_s) if cell.status == "ok" else "-",
+            fmt_seconds(cell.costs.time_to_first_result_s) if cell.status == "ok" else "-",
             fmt_ms(cell.latency),
             fmt_reference(cell),
             fmt_speedup(cell),
@@ -144,13 +145,13 @@ def problems(results: RunResults) -> list[str]:
     for cell in results.cells:
         if cell.status != "ok":
             out.append(f"{cell.label} / {cell.backend}: {cell.status}: {cell.error}")
-        elif cell.numerics_ok is False:
-            out.append(f"{cell.label} / {cell.backend}: numerics disagree with eager: {cell.numerics_error}")
+        elif cell.numerics.numerics_ok is False:
+            out.append(f"{cell.label} / {cell.backend}: numerics disagree with eager: {cell.numerics.numerics_error}")
     return out
 
 
 def _counted(cell: Cell) -> bool:
-    return (cell.status == "ok" and cell.numerics_ok is not False
+    return (cell.status == "ok" and cell.numerics.numerics_ok is not False
             and isinstance(cell.speedup, (int, float)) and cell.speedup > 0)
 
 
@@ -191,7 +192,7 @@ def geomean_rows(results: RunResults) -> list[dict[str, Any]]:
 def _why_left_out(cell: Cell) -> str:
     if cell.status != "ok":
         return cell.status
-    if cell.numerics_ok is False:
+    if cell.numerics.numerics_ok is False:
         return "numerics"
     if not _counted(cell):
         return "no speedup"
@@ -214,7 +215,7 @@ def isa_line(env: dict[str, Any]) -> str:
 def reference_processes(results: RunResults) -> int:
     """How many processes the eager-only reference ran in, as its cells recorded it (one
     when eager ran alone, K x ceil(reference/K) with --processes K)."""
-    counts = [len(c.process_samples) for c in results.cells if c.is_reference and c.process_samples]
+    counts = [len(c.spread.process_samples) for c in results.cells if c.is_reference and c.spread.process_samples]
     return max(counts, default=results.config.get("reference_processes", 1))
 
 
@@ -286,7 +287,7 @@ def pinning_text(results: RunResults) -> str:
     default does), as the workers read it from /proc; empty for runs that did not record it."""
     found: dict[str, dict] = {}
     for cell in results.cells:
-        seen = (cell.info or {}).get("thread_pinning") if cell.status == "ok" else None
+        seen = (cell.conditions.info or {}).get("thread_pinning") if cell.status == "ok" else None
         if isinstance(seen, dict) and seen.get("pinned", 0) >= found.get(cell.backend, {}).get("pinned", 0):
             found[cell.backend] = seen  # the cell where it pinned the most
     if not found:
@@ -339,7 +340,7 @@ def libraries_line(results: RunResults) -> str | None:
     on AMD CPUs MKL's fp32 GEMMs run far below oneDNN's, which moves GEMM-bound speedups."""
     found: dict[str, dict[str, set[str]]] = {}
     for cell in results.cells:
-        for kind, library in (cell.gemm_library or {}).items():
+        for kind, library in (cell.instruments.gemm_library or {}).items():
             if kind in ("gemm", "conv"):
                 found.setdefault(cell.backend, {}).setdefault(kind, set()).add(library)
     if not found:
@@ -357,7 +358,7 @@ def request_rows(results: RunResults) -> list[dict[str, Any]]:
     """Single-stream: per cell, the backend's and the in-cell eager's per-request percentiles."""
     rows = []
     for cell in results.cells:
-        for side, pct in (cell.request_latency_ms or {}).items():
+        for side, pct in (cell.scenario.request_latency_ms or {}).items():
             if side == REFERENCE_SIDE and cell.is_reference:
                 continue
             rows.append({"workload": cell.label, "backend": cell.backend,
@@ -368,7 +369,7 @@ def request_rows(results: RunResults) -> list[dict[str, Any]]:
 
 
 def _tail_speedup(cell) -> str:
-    tail = cell.tail_speedup
+    tail = cell.scenario.tail_speedup
     return "-" if not tail else f"{tail['ratio']:.2f}x [{tail['ci'][0]:.2f}-{tail['ci'][1]:.2f}]"
 
 
@@ -443,7 +444,7 @@ def decode_rows(results: RunResults) -> list[dict[str, Any]]:
     the greedy token ids agree with eager's."""
     rows = []
     for cell in results.cells:
-        decode = cell.decode
+        decode = cell.scenario.decode
         if cell.status != "ok" or not decode or "ttft_ms" not in decode:
             continue
         eager = {f"eager {k}": "-" if cell.is_reference else v
@@ -463,7 +464,7 @@ def decode_rows(results: RunResults) -> list[dict[str, Any]]:
 def decode_heading(results: RunResults) -> str:
     """The decode table's title: prompt length, new tokens and cache length (those of the
     first decode cell; a run has one size)."""
-    decode = next(c.decode for c in results.cells if c.decode)
+    decode = next(c.scenario.decode for c in results.cells if c.scenario.decode)
     return (f"## LLM decode (prompt {decode['prompt_len']} tokens, {decode['new_tokens']} new tokens, "
             f"max length {decode['max_len']}, batch {decode.get('batch', 1)}, KV cache {decode['cache']})")
 
@@ -492,7 +493,7 @@ def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
     rows = []
     best = best_batch_cells(results)
     for cell in results.cells:
-        tp = cell.throughput
+        tp = cell.scenario.throughput
         if not tp:
             continue
         ci = tp.get("ci") or [None, None]

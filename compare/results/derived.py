@@ -47,18 +47,18 @@ def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
     or an earlier one; None when the log's tuning time was never recorded."""
     if cell.compile_s is None:
         return None, None
-    tune_now = (cell.compile_phases or {}).get("tune", 0.0)
+    tune_now = (cell.costs.compile_phases or {}).get("tune", 0.0)
     excluding = cell.compile_s - tune_now
-    if "tune" not in (cell.compile_phases or {}):
+    if "tune" not in (cell.costs.compile_phases or {}):
         return cell.compile_s, None
-    return (None if cell.tuning_s is None else excluding + cell.tuning_s), excluding
+    return (None if cell.costs.tuning_s is None else excluding + cell.costs.tuning_s), excluding
 
 
 def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
     """How the speedup's interval resamples this cell: its processes, then blocks of
     consecutive rounds that last at least the machine's correlation time."""
-    groups = cell.process_samples or ([cell.latency.n] if cell.latency else [])
-    rounds_s = [float(p["round_s"]) for p in (cell.processes or []) if p.get("round_s")]
+    groups = cell.spread.process_samples or ([cell.latency.n] if cell.latency else [])
+    rounds_s = [float(p["round_s"]) for p in (cell.spread.processes or []) if p.get("round_s")]
     round_s = statistics.median(rounds_s) if rounds_s else None
     block = min(block_rounds(correlation_s, round_s), min(groups, default=1))
     return {"method": "hierarchical bootstrap: processes, then blocks of rounds; percentile",
@@ -69,37 +69,37 @@ def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
 def interval_block(cell: Cell) -> int:
     """Rounds per bootstrap block for this cell's other intervals: its speedup's plan, else 1
     (eager's own cell has no plan)."""
-    return cell.interval["block_rounds"] if cell.interval else 1
+    return cell.spread.interval["block_rounds"] if cell.spread.interval else 1
 
 
 def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median or not math.isfinite(stats.median / ref.median):
         return  # no ratio to draw from a latency that is zero or not a number
-    groups = cell.process_samples
+    groups = cell.spread.process_samples
     cell.speedup = ref.median / stats.median
     if cell.is_reference:
         cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
-        cell.speedup_ci, cell.break_even_note = None, "reference"
+        cell.speedup_ci, cell.costs.break_even_note = None, "reference"
         return
     paid, excluding = paid_seconds(cell)
     if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
-        cell.interval = interval_plan(cell, correlation_s)
-        block = cell.interval["block_rounds"]
-        cell.speedup_ci, cell.break_even_ci = speedup_and_break_even(ref, stats, paid, groups, block)
-    cell.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
+        cell.spread.interval = interval_plan(cell, correlation_s)
+        block = cell.spread.interval["block_rounds"]
+        cell.speedup_ci, cell.costs.break_even_ci = speedup_and_break_even(ref, stats, paid, groups, block)
+    cell.spread.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
     # Noisy on the interval's width: what the next run may read, not one process's IQR.
     cell.noisy = (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup
-    cell.break_even_calls = break_even_calls(paid, ref.median, stats.median)
-    cell.break_even_calls_excl_tuning = break_even_calls(excluding, ref.median, stats.median)
+    cell.costs.break_even_calls = break_even_calls(paid, ref.median, stats.median)
+    cell.costs.break_even_calls_excl_tuning = break_even_calls(excluding, ref.median, stats.median)
     if cell.speedup_ci[0] <= 1.0:
         # Not faster beyond noise: no finite call count can be promised.
-        cell.break_even_calls = None
-        cell.break_even_note = "never: not faster than eager beyond noise"
+        cell.costs.break_even_calls = None
+        cell.costs.break_even_note = "never: not faster than eager beyond noise"
     elif paid is None:
-        cell.break_even_note = "unknown: the tuning time behind this log was not recorded"
+        cell.costs.break_even_note = "unknown: the tuning time behind this log was not recorded"
     else:
-        cell.break_even_note = None
+        cell.costs.break_even_note = None
 
 
 def fill_request_latency(cell: Cell) -> None:
@@ -107,11 +107,11 @@ def fill_request_latency(cell: Cell) -> None:
     the p99 ratio gets an interval as the speedup does."""
     pairs = {"backend": cell.latency, REFERENCE_SIDE: cell.eager_latency}
     if all(stats is not None and stats.number == 1 for stats in pairs.values()):
-        cell.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
+        cell.scenario.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
                                    if stats is not None}
-        if not cell.is_reference and cell.tail_speedup is None and cell.latency and cell.eager_latency:
+        if not cell.is_reference and cell.scenario.tail_speedup is None and cell.latency and cell.eager_latency:
             block = interval_block(cell)
-            cell.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.process_samples, block)
+            cell.scenario.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.spread.process_samples, block)
 
 
 def bench_rates(parts: dict[str, list[float]], decode: dict[str, Any]) -> dict[str, list[float]]:
@@ -162,7 +162,7 @@ def decode_summary(parts: dict[str, list[float]], generation_ms: float, decode: 
 def fill_decode(cell: Cell) -> None:
     """--suite llm: the backend's and the in-cell eager's decode figures from the pooled
     samples (the cell's latency and eager latency are whole generations)."""
-    decode, samples = cell.decode, (cell.decode or {}).get("samples")
+    decode, samples = cell.scenario.decode, (cell.scenario.decode or {}).get("samples")
     if decode is None or not samples or cell.latency is None or cell.eager_latency is None:
         return
     decode.update(decode_summary(samples["backend"], cell.latency.median, decode))
@@ -170,14 +170,14 @@ def fill_decode(cell: Cell) -> None:
     if not cell.is_reference:
         rates, eager = bench_rates(samples["backend"], decode), bench_rates(samples[REFERENCE_SIDE], decode)
         for name in ("pp", "tg"):
-            decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.process_samples)
+            decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.spread.process_samples)
 
 
 def fill_throughput(cell: Cell) -> None:
     """Offline: each sample is milliseconds per inference while the stream pool is kept
     full, so 1000 / its median is inferences/s (times the batch: samples/s). The backend's
     and the in-cell eager's, with the stream settings each ran with (``info.offline``)."""
-    offline = cell.info.get("offline")
+    offline = cell.conditions.info.get("offline")
     if not offline or cell.latency is None or cell.eager_latency is None:
         return
     batch = offline.get("batch")
@@ -185,27 +185,27 @@ def fill_throughput(cell: Cell) -> None:
 
     def side(stats, setting: dict) -> dict:
         per_s = 1e3 / stats.median
-        return {"per_s": per_s, "ci": throughput_interval(stats, cell.process_samples, block),
+        return {"per_s": per_s, "ci": throughput_interval(stats, cell.spread.process_samples, block),
                 "samples_per_s": per_s * batch if batch else None, **setting}
 
     eager = side(cell.eager_latency, offline.get(REFERENCE_SIDE) or offline["backend"])
-    cell.throughput = {"batch": batch, **side(cell.latency, offline["backend"]), REFERENCE_SIDE: eager}
+    cell.scenario.throughput = {"batch": batch, **side(cell.latency, offline["backend"]), REFERENCE_SIDE: eager}
 
 
 def fill_speedup_vs_fp32(cell: Cell) -> None:
     """An int8 cell against fp32 eager timed in the same rounds: the speedup, its interval
     (resampled as the speedup's), and the calls after which compile and quantization are
     paid back (what a user who would otherwise run fp32 eager waits for)."""
-    ref, stats = cell.fp32_eager_latency, cell.latency
+    ref, stats = cell.int8.fp32_eager_latency, cell.latency
     if ref is None or stats is None or not stats.median:
         return
-    cell.speedup_vs_fp32 = ref.median / stats.median
+    cell.int8.speedup_vs_fp32 = ref.median / stats.median
     paid = paid_seconds(cell)[0]
-    if cell.speedup_vs_fp32_ci is None:  # eager's own cell has no interval plan: blocks of one round
+    if cell.int8.speedup_vs_fp32_ci is None:  # eager's own cell has no interval plan: blocks of one round
         block = interval_block(cell)
-        cell.speedup_vs_fp32_ci, _ = speedup_and_break_even(ref, stats, paid, cell.process_samples, block)
-    faster = cell.speedup_vs_fp32_ci[0] > 1.0 if cell.speedup_vs_fp32_ci else cell.speedup_vs_fp32 > 1.0
-    cell.break_even_vs_fp32_calls = break_even_calls(paid, ref.median, stats.median) if faster else None
+        cell.int8.speedup_vs_fp32_ci, _ = speedup_and_break_even(ref, stats, paid, cell.spread.process_samples, block)
+    faster = cell.int8.speedup_vs_fp32_ci[0] > 1.0 if cell.int8.speedup_vs_fp32_ci else cell.int8.speedup_vs_fp32 > 1.0
+    cell.int8.break_even_vs_fp32_calls = break_even_calls(paid, ref.median, stats.median) if faster else None
 
 
 def correlation_seconds(results: RunResults) -> float | None:
@@ -232,24 +232,24 @@ def fill_derived(results: RunResults) -> None:
         fill_throughput(cell)
         fill_speedup_vs_fp32(cell)
         fill_decode(cell)
-        cell.eager_only_ms = eager_only.get(cell.label)
-        if cell.eager_only_ms and cell.eager_median_ms:
-            cell.reference_deviation = cell.eager_median_ms / cell.eager_only_ms - 1
+        cell.spread.eager_only_ms = eager_only.get(cell.label)
+        if cell.spread.eager_only_ms and cell.eager_median_ms:
+            cell.spread.reference_deviation = cell.eager_median_ms / cell.spread.eager_only_ms - 1
         if not cell.is_reference and cell.compile_s is not None and cell.eager_median_ms:
             paid = paid_seconds(cell)[0]
-            cell.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
+            cell.costs.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
                                                    cell.latency.median, cell.eager_median_ms)
-        if ceilings and cell.work:
-            cell.roofline = place(cell.work, cell.latency.median, ceilings)
-        if cell.crosscheck and "ratio" in cell.crosscheck:
-            cell.crosscheck["flagged"] = abs(cell.crosscheck["ratio"] - 1) > CROSSCHECK_TOLERANCE
+        if ceilings and cell.instruments.work:
+            cell.instruments.roofline = place(cell.instruments.work, cell.latency.median, ceilings)
+        if cell.instruments.crosscheck and "ratio" in cell.instruments.crosscheck:
+            cell.instruments.crosscheck["flagged"] = abs(cell.instruments.crosscheck["ratio"] - 1) > CROSSCHECK_TOLERANCE
 
 
 def reference_spread(results: RunResults) -> dict | None:
     """How far each in-cell eager median sits from its workload's eager-only median:
     the largest deviation, the median deviation and the cells beyond the tolerance."""
-    devs = [(c.reference_deviation, c) for c in results.cells
-            if not c.is_reference and c.reference_deviation is not None]
+    devs = [(c.spread.reference_deviation, c) for c in results.cells
+            if not c.is_reference and c.spread.reference_deviation is not None]
     if not devs:
         return None
     import statistics

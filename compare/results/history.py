@@ -65,9 +65,10 @@ def record_run(db_path: str | Path, results: RunResults, run_dir: str | Path) ->
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(results.run_id, c.label, c.backend, c.size, c.device, c.status,
                   c.latency.median if c.latency else None, _float(c.eager_median_ms), _float(c.speedup),
-                  _float(c.compile_s), _float(c.max_abs_err),
-                  None if c.numerics_ok is None else int(c.numerics_ok), _float(c.peak_rss_mb), c.cache, c.error,
-                  _float(c.wall_s))
+                  _float(c.compile_s), _float(c.numerics.max_abs_err),
+                  None if c.numerics.numerics_ok is None else int(c.numerics.numerics_ok),
+                  _float(c.memory.peak_rss_mb), c.costs.cache, c.error,
+                  _float(c.conditions.wall_s))
                  for c in results.cells],
             )
     finally:

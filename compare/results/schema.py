@@ -17,10 +17,24 @@ from compare.measure.latency import LatencyStats, RecordError
 from compare.results.files import atomic_write_text
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
+from compare.results.sections import (
+    SECTION_STATS_FIELDS,
+    SECTIONS,
+    Conditions,
+    Costs,
+    Instruments,
+    Int8,
+    Memory,
+    Numerics,
+    ScenarioFigures,
+    Spread,
+    flatten,
+    route_flat,
+)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -35,7 +49,8 @@ def variant_label(workload: str, batch: int | None, dtype: str = "fp32") -> str:
 
 @dataclass
 class Cell:
-    """One (workload, backend) measurement."""
+    """One (workload, backend) measurement: identity, status, compile, latency, speedup and
+    error; every other figure is in a section owned by what produces it (results.sections)."""
 
     workload: str
     backend: str
@@ -46,94 +61,22 @@ class Cell:
     device: str = "cpu"
     batch: int | None = None  # --batch value; None: the workload's own batch at this size
     dtype: str = "fp32"  # precision of weights and inputs (--dtype)
+    threads: int | None = None
     error: str | None = None
     compile_s: float | None = None
-    compile_phases: dict[str, float] = field(default_factory=dict)
     latency: LatencyStats | None = None  # the backend's per-call latency (ms)
-    eager_latency: LatencyStats | None = None  # eager, timed alternately in the same worker(s)
-    # int8 cells: fp32 eager, timed in the same rounds as the cell and its int8 eager reference
-    fp32_eager_latency: LatencyStats | None = None
-    eager_only_ms: float | None = None  # median of the workload's eager-only cell (derived)
-    reference_deviation: float | None = None  # eager_median_ms / eager_only_ms - 1 (derived)
-    speedup: float | None = None  # eager median / this median (derived)
+    eager_latency: LatencyStats | None = None  # the reference, timed alternately in the same worker(s)
+    speedup: float | None = None  # the reference's median / this median (derived)
     speedup_ci: list[float] | None = None  # paired-bootstrap 95% interval of the speedup (derived)
     noisy: bool | None = None
-    process_samples: list[int] | None = None  # alternated pairs per worker process, in order
-    processes: list[dict[str, Any]] | None = None  # per process: medians, round s, compile s, cache, wall s
-    speedup_processes: list[float] | None = None  # each process's own speedup: the spread beside the interval (derived)
-    interval: dict[str, Any] | None = None  # how speedup_ci was made: processes, block rounds, tail (derived)
-    # --scenario single-stream: per-request percentiles (ms) of the backend and of the in-cell
-    # eager, {"backend": {p50, p90, p99, p99.9, max, n}, "eager": {...}} (derived)
-    request_latency_ms: dict[str, Any] | None = None
-    # --scenario single-stream: eager's p99 request / the backend's, {"q", "ratio", "ci"}; the
-    # interval resampled as the speedup's (derived; None under 100 requests)
-    tail_speedup: dict[str, Any] | None = None
-    # --suite llm: greedy generation with a static KV cache. Measured: prompt_len, new_tokens,
-    # max_len, batch, cache ("static-padded"), compiles, recompiles, token_ids_agree,
-    # first_divergent_step, token_ids, eager_token_ids, samples {backend, eager: {ttft_ms,
-    # step_ms}}; derived: ttft_ms, tpot_ms {p50, p99, n}, tokens_per_s, and eager's as "eager".
-    # The cell's latency is then one whole generation.
-    decode: dict[str, Any] | None = None
-    # --scenario offline: inferences/s of the backend with its own streams, its 95 % interval
-    # and samples/s at the stated batch, with the stream setting it ran with, and the same
-    # of the in-cell eager under "eager" (derived: compare.results.derived.fill_throughput)
-    throughput: dict[str, Any] | None = None
-    warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
-    warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
-    max_abs_err: float | None = None  # vs eager fp32
-    max_rel_err: float | None = None
-    max_abs_err_fp64: float | None = None  # vs eager in float64
-    max_rel_err_fp64: float | None = None
-    eager_max_abs_err_fp64: float | None = None  # eager fp32's own error vs float64
-    numerics_ok: bool | None = None
-    numerics_error: str | None = None
-    numerics_draws: int | None = None  # input draws checked; errors are the worst over them
-    numerics_after_timing: dict[str, Any] | None = None  # the outputs re-checked after the timed calls
-    tolerance: dict[str, float] | None = None
-    # int8 cells: against fp32 eager over the draws (reference, draws, max_abs, rel_err,
-    # cosine_min, top1_agreement and top1_rows for logits), judged by the int8 tolerance
-    accuracy: dict[str, Any] | None = None
-    speedup_vs_fp32: float | None = None  # int8 cells: fp32 eager median / this median (derived)
-    speedup_vs_fp32_ci: list[float] | None = None  # its 95% interval, resampled as speedup_ci (derived)
-    break_even_vs_fp32_calls: float | None = None  # calls until compile and quantize are paid back vs fp32 eager (derived)
-    torch_import_s: float | None = None  # importing torch, torch.export and dynamo in the worker (every cell pays it)
-    import_s: float | None = None  # the backend's own modules (not part of compile_s)
-    time_to_first_result_s: float | None = None  # torch import + import + compile (first call included)
-    tuning_s: float | None = None  # seconds of tuning behind the log used (tuned backends; None: unknown)
-    break_even_calls: float | None = None  # everything paid (tuning included); null: never (derived)
-    break_even_calls_excl_tuning: float | None = None  # tuned backends: compile of this run only (derived)
-    break_even_ci: list[float] | None = None  # 95% interval of break_even_calls (derived)
-    break_even_note: str | None = None
-    peak_rss_mb: float | None = None  # the worker's own high-water mark
-    load_mb: float | None = None  # RSS added by importing the backend
-    compile_peak_mb: float | None = None  # worker + child processes through compile, above the loaded RSS
-    compile_children_peak_mb: float | None = None  # child processes alone (compile workers, builders)
-    steady_state_mb: float | None = None  # resident after warm-up (heap trimmed), above the loaded RSS
-    call_peak_mb: float | None = None  # transient peak of one steady call
-    amortization: list[dict[str, float]] | None = None  # n -> cumulative s, compiled vs eager
-    work: dict[str, Any] | None = None  # counted flops and minimum bytes of the workload
-    roofline: dict[str, Any] | None = None  # achieved GFLOP/s, GB/s, fraction of the bound
-    profile: dict[str, Any] | None = None  # --explain: the backend's own kernel profile, or why there is none
-    # --crosscheck: {tool, median_ms, ratio (the tool's median / this process's), processes,
-    # flagged (beyond CROSSCHECK_TOLERANCE)}, or {unavailable: why}
-    crosscheck: dict[str, Any] | None = None
-    # {"gemm": library, "conv": library}: MKL, oneDNN, MLAS, OpenVINO's kernels, TVM's or
-    # IREE's own code (adapters/libraries.py); {} when the graph has neither
-    gemm_library: dict[str, str] | None = None
-    # --scenario server: LoadGen's search for the highest QPS whose p99 meets the bound, for the
-    # backend and for eager in the same worker: {loadgen_version, p99_bound_ms, bound_rule,
-    # max_qps, p99_at_max_ms, own_p99_at_max_ms, capacity_qps, loadgen_runs: [...], eager:
-    # {...}, qps_ratio_vs_eager} (compare.measure.loadgen; the first process's)
-    server: dict[str, Any] | None = None
-    threads: int | None = None
-    cache: str | None = None  # "cold", "hit", "miss", "bypass" (the backend declined to cache)
-    settings: dict[str, Any] = field(default_factory=dict)  # how the backend was configured
-    allocator: str | None = None  # the malloc the worker ran with, as it saw it
-    backend_versions: dict[str, str] = field(default_factory=dict)
-    workload_key: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    wall_s: float | None = None  # whole worker(s), spawn to exit
-    log: str | None = None  # worker log, relative to the run folder
+    numerics: Numerics = field(default_factory=Numerics)
+    costs: Costs = field(default_factory=Costs)
+    memory: Memory = field(default_factory=Memory)
+    spread: Spread = field(default_factory=Spread)
+    int8: Int8 = field(default_factory=Int8)
+    scenario: ScenarioFigures = field(default_factory=ScenarioFigures)
+    instruments: Instruments = field(default_factory=Instruments)
+    conditions: Conditions = field(default_factory=Conditions)
 
     def __post_init__(self) -> None:
         if self.role is None:
@@ -166,24 +109,40 @@ class Cell:
         return dataclasses.asdict(self)
 
     @classmethod
+    def from_flat(cls, workload: str, backend: str, status: str, **fields: Any) -> "Cell":
+        """A cell from flat fields, each section's routed to it by name (``SECTION_OF``)."""
+        kwargs = route_flat(dict(fields, workload=workload, backend=backend, status=status))
+        return cls(**{k: (SECTIONS[k](**v) if k in SECTIONS else v) for k, v in kwargs.items()})
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Cell":
-        names = {f.name for f in dataclasses.fields(cls)}
+        """A cell from results.json: sections nested (schema 9) or flat (up to 8)."""
         missing = {"workload", "backend", "status"} - set(data)
         if missing:
             raise ResultsError(f"cell is missing field(s) {', '.join(sorted(missing))}")
-        unknown = sorted(set(data) - names)
+        where = f"cell {data['workload']}/{data['backend']}"
+        if any(not isinstance(data.get(name) or {}, dict) for name in SECTIONS):
+            raise ResultsError(f"{where}: a section is not an object")
+        kwargs = route_flat(flatten(data))
+        unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(cls)})
         if unknown:  # a misspelt field must not quietly become None
-            raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown field(s) {', '.join(unknown)}")
-        kwargs = dict(data)
+            raise ResultsError(f"{where} has unknown field(s) {', '.join(unknown)}")
         try:
             for stats_field in STATS_FIELDS:
-                kwargs[stats_field] = LatencyStats.from_json(kwargs.get(stats_field), stats_field)
+                if stats_field in SECTION_STATS_FIELDS:
+                    section = kwargs.get(SECTION_STATS_FIELDS[stats_field], {})
+                    section[stats_field] = LatencyStats.from_json(section.get(stats_field), stats_field)
+                else:
+                    kwargs[stats_field] = LatencyStats.from_json(kwargs.get(stats_field), stats_field)
         except RecordError as exc:
-            raise ResultsError(f"cell {data['workload']}/{data['backend']}: {exc}") from None
+            raise ResultsError(f"{where}: {exc}") from None
         if kwargs["status"] not in STATUSES:
-            raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown status {kwargs['status']!r}")
+            raise ResultsError(f"{where} has unknown status {kwargs['status']!r}")
         if kwargs.get("role") not in (None, *ROLES):
-            raise ResultsError(f"cell {data['workload']}/{data['backend']} has unknown role {kwargs['role']!r}")
+            raise ResultsError(f"{where} has unknown role {kwargs['role']!r}")
+        for name, section_cls in SECTIONS.items():
+            if name in kwargs:
+                kwargs[name] = section_cls(**kwargs[name])
         return cls(**kwargs)
 
     @classmethod
@@ -192,8 +151,8 @@ class Cell:
                          log: str | None = None) -> "Cell":
         """The cell of what its worker(s) measured, with its identity and role (the spec's)."""
         figures = {k: v for k, v in vars(measurement).items() if k not in PROCESS_ONLY}
-        return cls(workload=workload, backend=backend, role=role, size=size, device=device, threads=threads,
-                   batch=batch, dtype=dtype, log=log, **figures)
+        return cls.from_flat(workload=workload, backend=backend, role=role, size=size, device=device, threads=threads,
+                             batch=batch, dtype=dtype, log=log, **figures)
 
 
 @dataclass
@@ -300,58 +259,58 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "device": cell.device,
         "status": cell.status,
         "error": cell.error,
-        "import_s": cell.import_s,
+        "import_s": cell.costs.import_s,
         "compile_s": cell.compile_s,
-        "time_to_first_result_s": cell.time_to_first_result_s,
-        "tuning_s": cell.tuning_s,
+        "time_to_first_result_s": cell.costs.time_to_first_result_s,
+        "tuning_s": cell.costs.tuning_s,
         "latency_ms": lat.median if lat else None,
         "latency_p10_ms": lat.p10 if lat else None,
         "latency_p90_ms": lat.p90 if lat else None,
         "latency_iqr_ms": lat.iqr if lat else None,
         "latency_samples": lat.n if lat else None,
         "calls_per_sample": lat.number if lat else None,
-        "processes": len(cell.process_samples or []) or None,
+        "processes": len(cell.spread.process_samples or []) or None,
         "eager_latency_ms": cell.eager_median_ms,
-        "eager_only_ms": cell.eager_only_ms,
-        "reference_deviation": cell.reference_deviation,
+        "eager_only_ms": cell.spread.eager_only_ms,
+        "reference_deviation": cell.spread.reference_deviation,
         "speedup": cell.speedup,
-        "speedup_vs_fp32": cell.speedup_vs_fp32,
-        "fp32_eager_latency_ms": cell.fp32_eager_latency.median if cell.fp32_eager_latency else None,
-        "int8_cosine_min": (cell.accuracy or {}).get("cosine_min"),
-        "int8_rel_err": (cell.accuracy or {}).get("rel_err"),
-        "int8_top1_agreement": (cell.accuracy or {}).get("top1_agreement"),
+        "speedup_vs_fp32": cell.int8.speedup_vs_fp32,
+        "fp32_eager_latency_ms": cell.int8.fp32_eager_latency.median if cell.int8.fp32_eager_latency else None,
+        "int8_cosine_min": (cell.int8.accuracy or {}).get("cosine_min"),
+        "int8_rel_err": (cell.int8.accuracy or {}).get("rel_err"),
+        "int8_top1_agreement": (cell.int8.accuracy or {}).get("top1_agreement"),
         "speedup_ci_low": cell.speedup_ci[0] if cell.speedup_ci else None,
         "speedup_ci_high": cell.speedup_ci[1] if cell.speedup_ci else None,
         "noisy": cell.noisy,
-        "max_abs_err": cell.max_abs_err,
-        "max_rel_err": cell.max_rel_err,
-        "max_abs_err_fp64": cell.max_abs_err_fp64,
-        "eager_max_abs_err_fp64": cell.eager_max_abs_err_fp64,
-        "numerics_ok": cell.numerics_ok,
-        "break_even_calls": cell.break_even_calls,
-        "break_even_calls_excl_tuning": cell.break_even_calls_excl_tuning,
-        "break_even_ci_low": cell.break_even_ci[0] if cell.break_even_ci else None,
-        "break_even_ci_high": cell.break_even_ci[1] if cell.break_even_ci else None,
-        "peak_rss_mb": cell.peak_rss_mb,
-        "load_mb": cell.load_mb,
-        "compile_peak_mb": cell.compile_peak_mb,
-        "steady_state_mb": cell.steady_state_mb,
+        "max_abs_err": cell.numerics.max_abs_err,
+        "max_rel_err": cell.numerics.max_rel_err,
+        "max_abs_err_fp64": cell.numerics.max_abs_err_fp64,
+        "eager_max_abs_err_fp64": cell.numerics.eager_max_abs_err_fp64,
+        "numerics_ok": cell.numerics.numerics_ok,
+        "break_even_calls": cell.costs.break_even_calls,
+        "break_even_calls_excl_tuning": cell.costs.break_even_calls_excl_tuning,
+        "break_even_ci_low": cell.costs.break_even_ci[0] if cell.costs.break_even_ci else None,
+        "break_even_ci_high": cell.costs.break_even_ci[1] if cell.costs.break_even_ci else None,
+        "peak_rss_mb": cell.memory.peak_rss_mb,
+        "load_mb": cell.memory.load_mb,
+        "compile_peak_mb": cell.memory.compile_peak_mb,
+        "steady_state_mb": cell.memory.steady_state_mb,
         "threads": cell.threads,
-        "allocator": cell.allocator,
-        "cache": cell.cache,
+        "allocator": cell.conditions.allocator,
+        "cache": cell.costs.cache,
     }
-    if cell.tail_speedup:
-        row.update({"tail_speedup_p99": cell.tail_speedup["ratio"], "tail_speedup_p99_ci_low": cell.tail_speedup["ci"][0],
-                    "tail_speedup_p99_ci_high": cell.tail_speedup["ci"][1]})
-    for side, percentiles in (cell.request_latency_ms or {}).items():
+    if cell.scenario.tail_speedup:
+        row.update({"tail_speedup_p99": cell.scenario.tail_speedup["ratio"], "tail_speedup_p99_ci_low": cell.scenario.tail_speedup["ci"][0],
+                    "tail_speedup_p99_ci_high": cell.scenario.tail_speedup["ci"][1]})
+    for side, percentiles in (cell.scenario.request_latency_ms or {}).items():
         prefix = "request" if side == "backend" else "eager_request"
         row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
                     if name != "n"})
-    row.update(decode_columns(cell.decode))
-    row.update(throughput_columns(cell.throughput))
-    if cell.server is not None:
-        row.update(server_columns(cell.server))
-    for phase, seconds in cell.compile_phases.items():
+    row.update(decode_columns(cell.scenario.decode))
+    row.update(throughput_columns(cell.scenario.throughput))
+    if cell.scenario.server is not None:
+        row.update(server_columns(cell.scenario.server))
+    for phase, seconds in cell.costs.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
 
@@ -436,6 +395,10 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         # v7 -> v8 adds each cell's role; a cell without one gets it on load from its backend
         # (the reference then was always eager: Cell.__post_init__)
         data = dict(data, schema_version=8, migrated_from=data.get("migrated_from", 7))
+    if data.get("schema_version") == 8:
+        # v8 -> v9 nests the figures beyond the core in sections under the same names; a flat
+        # cell is routed into them on load (Cell.from_dict), so only the version moves
+        data = dict(data, schema_version=9, migrated_from=data.get("migrated_from", 8))
     return data
 
 

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from compare.results.sections import flatten
+
 # name -> the run's IREE flags. "guide" is IREE's CPU deployment guide (O2 + data tiling).
 VARIANTS = {
     "O0": ["--iree-opt-level", "O0", "--iree-data-tiling", "off"],
@@ -46,7 +48,7 @@ def run_variant(name: str, out: Path, extra: list[str]) -> Path:
 
 def cells(folder: Path) -> dict[str, dict]:
     data = json.loads((folder / "results.json").read_text())
-    return {c["workload"]: c for c in data["cells"] if c["backend"] == "iree"}
+    return {c["workload"]: c for c in map(flatten, data["cells"]) if c["backend"] == "iree"}  # sections or flat
 
 
 def figure(cell: dict | None) -> str:

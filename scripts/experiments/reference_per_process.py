@@ -10,6 +10,8 @@ import json
 import statistics
 import sys
 
+from compare.results.sections import flatten
+
 
 def per_process(latency: dict, groups: list[int] | None) -> list[float]:
     samples, out, start = latency["samples"], [], 0
@@ -22,7 +24,7 @@ def per_process(latency: dict, groups: list[int] | None) -> list[float]:
 for path in sys.argv[1:]:
     results = json.load(open(f"{path}/results.json"))
     print(path, "allocator:", results["environment"].get("allocator"))
-    for cell in results["cells"]:
+    for cell in map(flatten, results["cells"]):  # sections (schema 9) or flat
         latency = cell["latency"] if cell["backend"] == "eager" else cell["eager_latency"]
         if not latency:
             continue
