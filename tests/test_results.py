@@ -124,3 +124,14 @@ def test_files_of_the_last_schema_versions_report_the_figures_they_did(name, tmp
         frame.to_csv(tmp_path / "now.csv", index=False)
         now = pd.read_csv(tmp_path / "now.csv")[list(expected.columns)]  # through CSV: the same types
         pd.testing.assert_frame_equal(now, expected)
+
+
+@pytest.mark.unit
+def test_the_core_record_stays_narrow():
+    """Figures beyond identity, status, compile, latency, speedup and error belong in a section."""
+    import dataclasses
+
+    from compare.results.sections import SECTIONS
+
+    core = [f.name for f in dataclasses.fields(Cell) if f.name not in SECTIONS]
+    assert len(dataclasses.fields(Cell)) <= 25 and len(core) <= 17, core
