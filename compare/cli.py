@@ -26,14 +26,23 @@ SUBCOMMANDS = ("run", "paper", "list", "report", "diff", "history", "overhead", 
 Arguments = argparse._ActionsContainer  # a parser or one of its argument groups
 
 
-def _arg(parser: Arguments, flag: str, *, resume: str, field: str | None = None, **kwargs) -> argparse.Action:
+def _arg(parser: Arguments, flag: str, *, resume: str, field: str | None = None, copy: bool = False,
+         **kwargs) -> argparse.Action:
     """One run option, declared once: its flag, help and validation (argparse's), its resume
-    policy and the ``RunConfig`` field it fills (``field``, which resume compares or sets)."""
-    if resume in (CHECKED, OVERRIDABLE) and field is None:
+    policy and the ``RunConfig`` field it fills (``field``, which resume compares or sets).
+    ``copy``: the field is the parsed value as it is (``make_config`` derives the others)."""
+    if (resume in (CHECKED, OVERRIDABLE) or copy) and field is None:
         raise ValueError(f"{flag}: a {resume} option names its RunConfig field")
     action = parser.add_argument(flag, **kwargs)
     action.resume = (resume, field)  # type: ignore[attr-defined]
+    action.copied = copy  # type: ignore[attr-defined]
     return action
+
+
+def _declare_copies(parser: argparse.ArgumentParser) -> None:
+    """The (dest, RunConfig field) of every option copied as parsed, for ``make_config``."""
+    parser.set_defaults(copied_fields=tuple((a.dest, a.resume[1]) for a in parser._actions
+                                            if getattr(a, "copied", False)))
 
 
 def resume_policy(parser: argparse.ArgumentParser, command: str = "run") -> dict[str, tuple[str, str | None]]:
@@ -154,12 +163,12 @@ def _add_selection(parser: Arguments) -> None:
     _arg(parser, "--size", resume=CHECKED, field="size", choices=SIZES, default=None,
          help="workload shapes (default: 'default' on the CPU, 'large' on CUDA, where the default "
               "shapes are launch-bound)")
-    _arg(parser, "--prompt-len", resume=CHECKED, field="prompt_len", type=_positive_int, default=None, metavar="N",
+    _arg(parser, "--prompt-len", resume=CHECKED, field="prompt_len", copy=True, type=_positive_int, default=None, metavar="N",
          help="decode workloads (--suite llm): prompt tokens, the prefill (pp) figure's length "
               "(default 128 at the default size; 512 for llama-bench's pp512)")
-    _arg(parser, "--gen-len", resume=CHECKED, field="gen_len", type=_positive_int, default=None, metavar="N",
+    _arg(parser, "--gen-len", resume=CHECKED, field="gen_len", copy=True, type=_positive_int, default=None, metavar="N",
          help="decode workloads: tokens generated, the decode (tg) figure's length (default 128)")
-    _arg(parser, "--device", resume=CHECKED, field="device", choices=("cpu", "cuda"), default="cpu")
+    _arg(parser, "--device", resume=CHECKED, field="device", copy=True, choices=("cpu", "cuda"), default="cpu")
 
 
 def _add_execution(parser: Arguments) -> None:
@@ -172,12 +181,12 @@ def _add_execution(parser: Arguments) -> None:
     )
     _arg(parser, "--affinity", resume=CHECKED, field="affinity", type=_cpu_list, default=None, metavar="CPUS",
          help="pin every worker to these CPUs (0,1 or 0-3), as pyperf's --affinity and numactl do")
-    _arg(parser, "--timeout", resume=OVERRIDABLE, field="timeout_s", type=_positive_float, default=None,
+    _arg(parser, "--timeout", resume=OVERRIDABLE, field="timeout_s", copy=True, type=_positive_float, default=None,
          help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g}, 600 with --suite zoo)")
-    _arg(parser, "--memory-limit", resume=OVERRIDABLE, field="memory_limit_mb", type=_positive_int, default=None, metavar="MB",
+    _arg(parser, "--memory-limit", resume=OVERRIDABLE, field="memory_limit_mb", copy=True, type=_positive_int, default=None, metavar="MB",
          help="address-space limit per worker (cells over it are out_of_memory)")
     _arg(parser, "--output-dir", resume=REFUSED, default=None, help="where results go (default: reports/<timestamp>/)")
-    _arg(parser, "--cache", resume=CHECKED, field="cache", choices=("cold", "warm"), default="cold",
+    _arg(parser, "--cache", resume=CHECKED, field="cache", copy=True, choices=("cold", "warm"), default="cold",
          help="cold: compile from nothing; warm: reuse persistent compile artifacts")
     _arg(parser, "--tuning-logs", resume=CHECKED, field="cache_root", default="tuning_logs", metavar="DIR",
          help="persistent tuning logs and caches")
@@ -211,20 +220,21 @@ def _add_timing(parser: Arguments) -> None:
     _arg(parser, "--interleave", resume=OVERRIDABLE, field="interleave", choices=("on", "off"), default=None,
          help="time the cells of a workload in turns, so that they and the eager-only reference "
               "sample the same stretch of time (default on, off with --suite zoo; local executor)")
-    _arg(parser, "--processes", resume=CHECKED, field="processes", type=_positive_int, default=None, metavar="K",
+    _arg(parser, "--processes", resume=CHECKED, field="processes", copy=True, type=_positive_int, default=None, metavar="K",
          help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first "
               f"compiles and the others load its artifact (default {RunConfig.processes}, 1 with --suite zoo)")
-    _arg(parser, "--noise-probe", resume=OVERRIDABLE, field="noise_probe_s", type=float, default=3.0, metavar="S",
+    _arg(parser, "--noise-probe", resume=OVERRIDABLE, field="noise_probe_s", copy=True, type=float, default=3.0, metavar="S",
          help="seconds of the machine probe (compute loop, memory copy) before and after the cells, "
               "shown in the header (default 3; 0: none)")
-    _arg(parser, "--reference-processes", resume=CHECKED, field="reference_processes", type=_positive_int, default=None, metavar="K",
+    _arg(parser, "--reference-processes", resume=CHECKED, field="reference_processes", copy=True,
+         type=_positive_int, default=None, metavar="K",
          help="at least K processes for the eager-only reference, pooled, so that one process's "
               f"offset does not shift every comparison with it (default {RunConfig.reference_processes}, "
               "1 with --suite zoo)")
     run, paper = (COMMAND_DEFAULTS[c]["numerics_draws"] for c in ("run", "paper"))
-    _arg(parser, "--numerics-draws", resume=CHECKED, field="numerics_draws", type=_positive_int, default=None,
+    _arg(parser, "--numerics-draws", resume=CHECKED, field="numerics_draws", copy=True, type=_positive_int, default=None,
          metavar="K", help=f"fresh input draws for the numerics check, worst case kept (default {run}; paper {paper})")
-    _arg(parser, "--calibration-batches", resume=CHECKED, field="calibration_batches", type=_positive_int,
+    _arg(parser, "--calibration-batches", resume=CHECKED, field="calibration_batches", copy=True, type=_positive_int,
          default=RunConfig.calibration_batches, metavar="N",
                         help="--dtype int8: seeded batches of the workload's inputs that every backend's quantizer "
                              f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
@@ -248,20 +258,20 @@ def _add_conditions(parser: Arguments) -> None:
     """Run conditions recorded with the results: seed, allocator, thread spin, executor."""
     from compare.harness.allocators import ALLOCATORS, DEFAULT_ALLOCATOR
 
-    _arg(parser, "--seed", resume=CHECKED, field="seed", type=int, default=0)
+    _arg(parser, "--seed", resume=CHECKED, field="seed", copy=True, type=int, default=0)
     _arg(parser, "--allocator", resume=CHECKED, field="allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
          help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
               "jemalloc, tcmalloc or mimalloc (preloaded), auto: mimalloc, which the install brings "
               f"(default {DEFAULT_ALLOCATOR})")
     _arg(parser, "--system-malloc", resume=REFUSED, action=_Removed, replacement="--allocator system")
-    _arg(parser, "--thread-spin", resume=CHECKED, field="thread_spin", choices=("short", "default"), default="short",
+    _arg(parser, "--thread-spin", resume=CHECKED, field="thread_spin", copy=True, choices=("short", "default"), default="short",
          help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
               "runtime's default before sleeping (default: short)")
-    _arg(parser, "--executor", resume=CHECKED, field="executor", choices=("local", "ray"), default="local",
+    _arg(parser, "--executor", resume=CHECKED, field="executor", copy=True, choices=("local", "ray"), default="local",
          help="local: cells one after another here; ray: one Ray task per cell")
-    _arg(parser, "--ray-address", resume=OVERRIDABLE, field="ray_address", default=None, metavar="ADDR",
+    _arg(parser, "--ray-address", resume=OVERRIDABLE, field="ray_address", copy=True, default=None, metavar="ADDR",
          help="Ray cluster to join (default: start a local Ray instance)")
-    _arg(parser, "--ray-share-cores", resume=CHECKED, field="ray_share_cores", action="store_true",
+    _arg(parser, "--ray-share-cores", resume=CHECKED, field="ray_share_cores", copy=True, action="store_true",
          help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
 
 
@@ -269,7 +279,7 @@ def _add_outputs(parser: Arguments) -> None:
     _arg(parser, "--history", resume=NEUTRAL, default=None, metavar="DB",
          help="SQLite run history (default: history.sqlite beside the output folder)")
     _arg(parser, "--no-history", resume=NEUTRAL, action="store_true", help="do not record this run in the history")
-    _arg(parser, "--keep-work-dirs", resume=OVERRIDABLE, field="keep_work_dirs", action="store_true",
+    _arg(parser, "--keep-work-dirs", resume=OVERRIDABLE, field="keep_work_dirs", copy=True, action="store_true",
          help="keep each worker's scratch folder")
     _arg(parser, "--quiet", resume=NEUTRAL, action="store_true", help="no progress display")
     _arg(parser, "--list", resume=REFUSED, action=_Removed, replacement="python -m compare list [--device cuda]")
@@ -314,11 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     extra = run.add_argument_group("instruments", "what each cell measures besides its latency")
     _arg(extra, "--roofline", resume=CHECKED, field="roofline", action="store_true",
          help="measure this machine's ceilings and place every cell")
-    _arg(extra, "--explain", resume=CHECKED, field="explain", action="store_true",
+    _arg(extra, "--explain", resume=CHECKED, field="explain", copy=True, action="store_true",
          help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
-    _arg(extra, "--crosscheck", resume=CHECKED, field="crosscheck", action="store_true",
+    _arg(extra, "--crosscheck", resume=CHECKED, field="crosscheck", copy=True, action="store_true",
          help="after timing, re-time each cell's artifact with its backend's own benchmark tool "
               "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
+    _declare_copies(run)
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
     _add_run_arguments(paper)
@@ -328,8 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     _arg(protocol, "--dynamic-calls", resume=REFUSED, type=_positive_int, default=40, metavar="N",
          help="calls in the shape sequence (default 40)")
     _arg(protocol, "--skip-dynamic", resume=REFUSED, action="store_true", help="leave out the dynamic-shape experiment")
-    _arg(protocol, "--explain", resume=CHECKED, field="explain", action="store_true",
+    _arg(protocol, "--explain", resume=CHECKED, field="explain", copy=True, action="store_true",
          help="profile every cell after timing: the fusion part (kernels per call) needs it")
+    _declare_copies(paper)
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
     lst.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

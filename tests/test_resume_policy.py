@@ -86,3 +86,21 @@ def test_every_run_flag_declares_its_resume_rule():
         fields = {f for rule, f in policy.values() if rule in (resume.CHECKED, resume.OVERRIDABLE)}
         assert fields <= set(RunConfig.__dataclass_fields__), fields - set(RunConfig.__dataclass_fields__)
     assert policy["--output-dir"][0] == "refused" and policy["--threads"] == ("checked", "threads")
+
+
+def test_an_option_copied_as_parsed_reaches_its_config_field_and_is_declared_once(tmp_path):
+    """make_config takes every ``copy`` option from its declaration (cli._arg), not a list of its own."""
+    import inspect
+
+    from compare import cli, config
+
+    argv = ["run", "--backends", "eager", "--workloads", "mlp", "--output-dir", str(tmp_path), "--timeout", "7",
+            "--seed", "3", "--numerics-draws", "2", "--thread-spin", "default", "--keep-work-dirs"]
+    args = cli.parse(argv)
+    made = config.make_config(args)
+    assert len(args.copied_fields) >= 19
+    for dest, field in args.copied_fields:
+        assert getattr(made, field) == getattr(args, dest), field
+        assert f" {field}=" not in inspect.getsource(config.make_config), field  # not set a second time
+    assert (made.timeout_s, made.seed, made.numerics_draws, made.thread_spin, made.keep_work_dirs) == (
+        7.0, 3, 2, "default", True)
