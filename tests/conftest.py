@@ -39,8 +39,13 @@ def run_cli(*args, cwd=None, timeout=900, env=None):
     )
 
 
-def load_results(run_dir):
-    return json.loads((Path(run_dir) / "results.json").read_text())
+def load_results(run_dir, flat=True):
+    """A run's results.json as JSON; ``flat``: each cell's sections' fields at its top level
+    (the names results.csv and schema 8 used), so that a test reads ``cell["peak_rss_mb"]``."""
+    from compare.results.sections import flatten
+
+    data = json.loads((Path(run_dir) / "results.json").read_text())
+    return dict(data, cells=[flatten(c) for c in data["cells"]]) if flat else data
 
 
 def tiny_spec(backend, tmp_path, workload="tiny_linear", size="small", batch=None, dtype="fp32", dynamic=None,

@@ -32,6 +32,8 @@ def test_small_run_measures_every_cell(small_run):
     from compare.results.schema import SCHEMA_VERSION
 
     assert data["schema_version"] == SCHEMA_VERSION
+    raw = load_results(out, flat=False)["cells"][0]  # the file keeps the figures beyond the core in sections
+    assert raw["memory"]["peak_rss_mb"] > 0 and "peak_rss_mb" not in raw and raw["numerics"]["numerics_ok"] is True
     assert {"environment", "cells", "config"} <= set(data)
     env = data["environment"]
     assert env["threads"] == 1 and env["versions"]["torch"].startswith("2.13.0")
