@@ -55,6 +55,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     WorkloadError) in one line, before anything runs."""
     from compare.harness.environment import available_cores
     from compare.harness.runner import RunConfig
+    from compare.scenarios import DEFAULT
 
     preset = suite_defaults(args)
     size_unset = args.size is None
@@ -79,7 +80,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         workload_files=[str(Path(f).resolve()) for f in args.workload_file] + model_specs(args.model),
         seed=args.seed,
         timing=_timing(args),
-        scenario=getattr(args, "scenario", "back-to-back"),
+        scenario=getattr(args, "scenario", DEFAULT),
         server=_server(args),
         options=backend_options(args),
         keep_work_dirs=args.keep_work_dirs,
@@ -159,24 +160,13 @@ def device_size(device: str, workloads: list) -> str:
     return wanted if all(wanted in w.sizes for w in workloads) else "default"
 
 
-# Single-stream: enough requests per cell for a p99.9 (1/(1-0.999)), over its processes.
-SINGLE_STREAM_REQUESTS = 1000
-
-
 def _timing(args: argparse.Namespace) -> dict:
-    """The TimingConfig fields the command line sets. Single-stream times one request per
-    sample, with no untimed call between requests, until the cell has at least
-    SINGLE_STREAM_REQUESTS (and its time budget is spent). Offline times calls of a stream
-    pool (many requests each), with no untimed call between them."""
+    """The TimingConfig fields the command line sets, as the run's scenario changes them."""
+    from compare.scenarios import DEFAULT, scenario
+
     timing = {"budget_s": args.time_budget, "min_samples": args.min_samples,
               "sample_warmup": args.sample_warmup == "on"}
-    if getattr(args, "scenario", "back-to-back") == "single-stream":
-        per_process = -(-SINGLE_STREAM_REQUESTS // args.processes)
-        timing.update(per_request=True, sample_warmup=False, min_samples=max(args.min_samples, per_process),
-                      max_samples=100 * SINGLE_STREAM_REQUESTS)
-    if getattr(args, "scenario", "back-to-back") == "offline":
-        timing.update(offline=True, sample_warmup=False)
-    return timing
+    return scenario(getattr(args, "scenario", DEFAULT)).timing(timing, args)
 
 
 SERVER_FLAGS = {"server_p99_ms": "p99_ms", "server_run_ms": "run_ms", "server_runs": "runs"}

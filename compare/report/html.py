@@ -3,23 +3,22 @@ from results.json alone. Reports read results; they never measure."""
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import math
-import statistics
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
-from compare.report.offline import BEST_BATCH_NOTE, best_batch_rows
 from compare.report.server import SERVER_NOTE, server_rows
 from compare.report.text import (
     REQUEST_NOTE,
     SUMMARY_COLUMNS,
-    THROUGHPUT_NOTE,
     backend_class,
     conditions_line,
     environment_line,
@@ -28,10 +27,9 @@ from compare.report.text import (
     problems,
     reference_line,
     request_rows,
+    scenario_sections,
     summary_rows,
-    throughput_rows,
 )
-from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text
 
 
@@ -332,37 +330,23 @@ def plot_request_latency(results: RunResults) -> str | None:
     return _finish_panels(fig, axes, len(workloads), "Per-request latency, single-stream (CDF)")
 
 
-def plot_throughput(results: RunResults) -> str | None:
-    """Offline: inferences/s per backend with its 95% interval, one panel per workload; each
-    bar says its streams, and eager's figure from the same workers is the dashed line."""
-    cells = [c for c in _ok_cells(results) if c.throughput]
-    if not cells:
-        return None
-    fig, axes, workloads = _workload_panels(cells)
-    for ax, w in zip(axes, workloads):
-        mine = [c for c in cells if c.label == w]
-        rates = [c.throughput["per_s"] for c in mine]
-        ci = [c.throughput.get("ci") or [r, r] for c, r in zip(mine, rates)]
-        errors = [[r - lo for r, (lo, _) in zip(rates, ci)], [hi - r for r, (_, hi) in zip(rates, ci)]]
-        bars = ax.bar(range(len(mine)), rates, yerr=errors, capsize=3)
-        for bar, c, (_, high) in zip(bars, mine, ci):  # above the interval's top, not on it
-            ax.annotate(f"{c.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
-                        ha="center", va="bottom", fontsize=6, xytext=(0, 3), textcoords="offset points")
-        eager = [c.throughput[REFERENCE_SIDE]["per_s"] for c in mine if not c.is_reference]
-        if eager:
-            ax.axhline(statistics.median(eager), linestyle="--", linewidth=1, color="grey", label="eager (in-cell)")
-            ax.legend(fontsize=6)
-        ax.set_xticks(range(len(mine)), [c.backend for c in mine], fontsize=7, rotation=30)
-        batch = mine[0].throughput.get("batch")
-        ax.set_ylabel("inferences/s" + (f" (batch {batch})" if batch else ""))
-        ax.set_title(w, fontsize=9)
-    return _finish_panels(fig, axes, len(workloads), "Throughput, offline (each backend's own streams; 95% CI)")
+class _Panels:
+    """The helpers a scenario's plot draws with (``compare.scenarios.Panels``)."""
+
+    ok_cells = staticmethod(_ok_cells)
+    workload_panels = staticmethod(_workload_panels)
+    finish = staticmethod(_finish_panels)
+
+
+def scenario_plots(results: RunResults) -> list[tuple[str, Callable[[RunResults], str | None]]]:
+    """The plots of the scenarios' sections that have rows, as PLOTS lists its own."""
+    return [(section.plot_title or section.title, functools.partial(section.plot, panels=_Panels()))
+            for section in scenario_sections(results) if section.plot]
 
 
 PLOTS = [
     ("Speedup vs eager", plot_speedups),
     ("Per-request latency", plot_request_latency),
-    ("Throughput (offline)", plot_throughput),
     ("Batch scaling", plot_batch_scaling),
     ("Compile time by phase", plot_compile_phases),
     ("Amortization", plot_amortization),
@@ -398,7 +382,8 @@ def draw_plots(results: RunResults) -> tuple[list[tuple[str, str]], list[str]]:
     """Every plot that has data, and a line for each that could not be drawn: one plot's
     failure (matplotlib on data no one foresaw) costs that plot, never the report."""
     plots, failures = [], []
-    for title, plot in PLOTS:
+    # the scenarios' own plots right after the headline speedups
+    for title, plot in [*PLOTS[:1], *scenario_plots(results), *PLOTS[1:]]:
         try:
             uri = plot(results)
         except Exception as exc:
@@ -433,10 +418,8 @@ def render_html(results: RunResults) -> str:
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
         request_table=pd.DataFrame(requests).to_html(index=False, escape=True) if (requests := request_rows(results)) else None,
         request_note=REQUEST_NOTE,
-        throughput_table=pd.DataFrame(tp).to_html(index=False, escape=True) if (tp := throughput_rows(results)) else None,
-        throughput_note=THROUGHPUT_NOTE,
-        best_batch_table=pd.DataFrame(bb).to_html(index=False, escape=True) if (bb := best_batch_rows(results)) else None,
-        best_batch_note=BEST_BATCH_NOTE,
+        scenario_sections=[(section.title, pd.DataFrame(section.rows).to_html(index=False, escape=True), section.note)
+                           for section in scenario_sections(results)],
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
         else None, calibration_line=calibration_line(results),
         server_table=pd.DataFrame(served).to_html(index=False, escape=True) if (served := server_rows(results)) else None,

@@ -12,11 +12,11 @@ from compare.report.backends import backend_class
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
-from compare.report.offline import BEST_BATCH_NOTE, best_batch_cells, best_batch_rows
 from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
+from compare.scenarios import DEFAULT, ReportSection, scenarios
 
 # ----------------------------------------------------------------------------- formatting
 
@@ -264,14 +264,11 @@ def preset_text(cfg: dict[str, Any]) -> str:
 
 
 def scenario_text(cfg: dict[str, Any]) -> str:
-    """The scenario with its parameters, as the header states it."""
-    scenario = cfg.get("scenario", "back-to-back")
-    if scenario == "offline":
-        return ("offline (throughput on all the threads: each backend's own streams where dlcompare has them, "
-                "else back to back; samples of requests lasting about 0.2 s, alternated with eager's)")
-    if scenario == "single-stream":
-        return f"single-stream (one request per sample, at least {cfg.get('timing', {}).get('min_samples', '?')} per process)"
-    return scenario
+    """The scenario with its parameters, as the header states it (its name, when this
+    version has no such scenario)."""
+    name = cfg.get("scenario") or DEFAULT
+    known = scenarios().get(name)
+    return known.header(cfg) if known else name
 
 
 def backend_conditions(results: RunResults) -> str:
@@ -481,39 +478,9 @@ DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token
                "same workers; the cell table's latency is one generation.")
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
-    """Offline: per cell, inferences/s with its interval, samples/s at the batch, the
-    streams and requests in flight the backend ran with, eager's inferences/s beside it;
-    with a batch sweep, a 'best batch' column marks each backend's most samples/s."""
-    rows = []
-    best = best_batch_cells(results)
-    for cell in results.cells:
-        tp = cell.throughput
-        if not tp:
-            continue
-        ci = tp.get("ci") or [None, None]
-        threads = tp.get("threads_per_stream")
-        rows.append({"workload": cell.label, "backend": cell.backend, "batch": tp.get("batch") or "-",
-                     "inferences/s": _rate(tp.get("per_s")), "95% CI": f"{_rate(ci[0])}-{_rate(ci[1])}",
-                     "samples/s": _rate(tp.get("samples_per_s")), "streams": tp.get("streams"),
-                     "in flight": tp.get("requests_in_flight"), "threads/stream": threads or "-",
-                     "eager inferences/s": _rate((tp.get(REFERENCE_SIDE) or {}).get("per_s")),
-                     "x eager": f"{cell.speedup:.2f}" if cell.speedup else "-", "how": tp.get("source", "")})
-        if best:
-            rows[-1]["best batch"] = "best" if id(cell) in best else ""
-    return rows
-
-
-THROUGHPUT_NOTE = ("Offline (MLPerf's Offline): each sample issues enough requests to last about 0.2 s through the "
-                   "backend's own stream pool and ends when all completed; inferences/s = 1000 / the median ms per "
-                   "inference (the main table's latency in this scenario), its 95% interval resampled as the "
-                   "speedup's. Eager runs back to back on all threads, alternated in the same workers, so "
-                   "'x eager' is the throughput ratio. samples/s = inferences/s x the batch. A backend without a "
-                   "multi-stream mode in dlcompare runs back to back (streams 1, said in 'how').")
+def scenario_sections(results: RunResults) -> list[ReportSection]:
+    """Every scenario's report sections that have rows, in the scenarios' order."""
+    return [section for each in scenarios().values() for section in each.sections(results) if section.rows]
 
 
 def summary_markdown(results: RunResults) -> str:
@@ -559,14 +526,9 @@ def summary_markdown(results: RunResults) -> str:
     if decodes:
         lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
     lines += decode_failure_markdown(results)
-    throughput = throughput_rows(results)
-    if throughput:
-        lines += ["", "## Throughput (offline)", "", pd.DataFrame(throughput).to_markdown(index=False),
-                  "", THROUGHPUT_NOTE]
-    best_batches = best_batch_rows(results)
-    if best_batches:
-        lines += ["", "## Best batch (offline)", "", pd.DataFrame(best_batches).to_markdown(index=False),
-                  "", BEST_BATCH_NOTE]
+    for section in scenario_sections(results):
+        lines += ["", f"## {section.title}", "", pd.DataFrame(section.rows).to_markdown(index=False),
+                  *(["", section.note] if section.note else [])]
     lines += int8_markdown(results)
     lines += server_markdown(results)
     lines += explain_markdown(results)
@@ -628,10 +590,10 @@ def rich_extra_tables(results: RunResults) -> list:
     """The tables printed below the cells: geometric means, per-request latency, decode,
     throughput, server."""
     geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
-    throughput, served, best = throughput_rows(results), server_rows(results), best_batch_rows(results)
+    served = server_rows(results)
     return ([geo] if geo is not None else []) + (
         [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
         [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
-        [_rich_rows_table("throughput (offline)", throughput)] if throughput else []) + (
-        [_rich_rows_table("best batch (offline): the most samples/s per backend", best)] if best else []) + (
+        [_rich_rows_table(section.rich_title or section.title.lower(), section.rows)
+         for section in scenario_sections(results)]) + (
         [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])

@@ -21,8 +21,8 @@ from compare.measure.stats import (
     request_percentiles,
     speedup_and_break_even,
     tail_speedup,
-    throughput_interval,
 )
+from compare.results import extensions
 from compare.results.roles import REFERENCE_BACKEND, REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults
 
@@ -173,25 +173,6 @@ def fill_decode(cell: Cell) -> None:
             decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.process_samples)
 
 
-def fill_throughput(cell: Cell) -> None:
-    """Offline: each sample is milliseconds per inference while the stream pool is kept
-    full, so 1000 / its median is inferences/s (times the batch: samples/s). The backend's
-    and the in-cell eager's, with the stream settings each ran with (``info.offline``)."""
-    offline = cell.info.get("offline")
-    if not offline or cell.latency is None or cell.eager_latency is None:
-        return
-    batch = offline.get("batch")
-    block = interval_block(cell)
-
-    def side(stats, setting: dict) -> dict:
-        per_s = 1e3 / stats.median
-        return {"per_s": per_s, "ci": throughput_interval(stats, cell.process_samples, block),
-                "samples_per_s": per_s * batch if batch else None, **setting}
-
-    eager = side(cell.eager_latency, offline.get(REFERENCE_SIDE) or offline["backend"])
-    cell.throughput = {"batch": batch, **side(cell.latency, offline["backend"]), REFERENCE_SIDE: eager}
-
-
 def fill_speedup_vs_fp32(cell: Cell) -> None:
     """An int8 cell against fp32 eager timed in the same rounds: the speedup, its interval
     (resampled as the speedup's), and the calls after which compile and quantization are
@@ -229,7 +210,8 @@ def fill_derived(results: RunResults) -> None:
         fill_speedup(cell, correlation_s)
         if per_request:
             fill_request_latency(cell)
-        fill_throughput(cell)
+        for fill_scenario_figures in extensions.cell_figures():
+            fill_scenario_figures(cell)
         fill_speedup_vs_fp32(cell)
         fill_decode(cell)
         cell.eager_only_ms = eager_only.get(cell.label)

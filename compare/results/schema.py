@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.measure.latency import LatencyStats, RecordError
+from compare.results import extensions
 from compare.results.files import atomic_write_text
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
@@ -74,9 +75,9 @@ class Cell:
     # step_ms}}; derived: ttft_ms, tpot_ms {p50, p99, n}, tokens_per_s, and eager's as "eager".
     # The cell's latency is then one whole generation.
     decode: dict[str, Any] | None = None
-    # --scenario offline: inferences/s of the backend with its own streams, its 95 % interval
+    # a throughput scenario: inferences/s of the backend with its own streams, its 95 % interval
     # and samples/s at the stated batch, with the stream setting it ran with, and the same
-    # of the in-cell eager under "eager" (derived: compare.results.derived.fill_throughput)
+    # of the in-cell eager under "eager" (derived by its scenario: compare.scenarios)
     throughput: dict[str, Any] | None = None
     warm_start_s: float | None = None  # median compile s of the processes that loaded the first one's artifact
     warm_cache: str | None = None  # what their caches said ("hit"; "bypass": the backend rebuilt)
@@ -348,7 +349,8 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
                     if name != "n"})
     row.update(decode_columns(cell.decode))
-    row.update(throughput_columns(cell.throughput))
+    for scenario_columns in extensions.cell_columns():
+        row.update(scenario_columns(cell))
     if cell.server is not None:
         row.update(server_columns(cell.server))
     for phase, seconds in cell.compile_phases.items():
@@ -383,17 +385,6 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
         row.update({f"decode_{rate}_speedup": speedup.get("value"), f"decode_{rate}_speedup_lo": ci[0],
                     f"decode_{rate}_speedup_hi": ci[1]})
     return row
-
-
-def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
-    """results.csv's columns of an offline cell (none for other scenarios)."""
-    if not throughput:
-        return {}
-    ci, eager = throughput.get("ci") or [None, None], throughput.get(REFERENCE_SIDE) or {}
-    return {"throughput_per_s": throughput.get("per_s"), "throughput_ci_low": ci[0], "throughput_ci_high": ci[1],
-            "samples_per_s": throughput.get("samples_per_s"), "throughput_batch": throughput.get("batch"),
-            "streams": throughput.get("streams"), "requests_in_flight": throughput.get("requests_in_flight"),
-            "eager_throughput_per_s": eager.get("per_s")}
 
 
 def server_columns(server: dict[str, Any]) -> dict[str, Any]:
