@@ -1,0 +1,83 @@
+"""Scenarios as plug-ins (compare.scenarios): found, not listed, and each one's code in its
+own module, so that adding a scenario touches its module, its test and its docs."""
+import re
+from pathlib import Path
+
+import pytest
+
+from compare.results.schema import Cell, RunResults
+from compare.scenarios import DEFAULT, ReportSection, Scenario, scenario, scenarios
+from compare.scenarios.base import Scenario as BaseScenario
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+# The timing mechanics every scenario is built from (the sampler's knobs, such as
+# TimingConfig.offline, recorded in every results file's config) sit below the scenarios.
+MECHANICS = ("compare/measure",)
+
+
+BUILT_IN = ["back-to-back", "single-stream", "offline", "server"]
+
+
+def test_the_registry_lists_every_scenario_in_order():
+    # a new scenario adds itself where its rank says, without this test changing
+    assert [name for name in scenarios() if name in BUILT_IN] == BUILT_IN
+    assert [s.rank for s in scenarios().values()] == sorted(s.rank for s in scenarios().values())
+    assert scenario(None).name == DEFAULT == "back-to-back"
+    with pytest.raises(ValueError, match="unknown scenario 'nope'"):
+        scenario("nope")
+
+
+@pytest.mark.parametrize("name", list(scenarios()))
+def test_each_scenario_declares_its_hooks(name, tmp_path):
+    from compare import cli, config
+
+    each = scenario(name)
+    assert isinstance(each, Scenario) and each.name == name and each.help
+    assert each.header({"scenario": name, "timing": {"min_samples": 5}}).startswith(name)
+    args = cli.parse(["--scenario", name, "--output-dir", str(tmp_path)])
+    config.suite_defaults(args)  # as make_config does first: --processes and --min-samples set
+    timing = each.timing({"budget_s": 1.0, "min_samples": 5, "sample_warmup": True}, args)
+    assert timing["budget_s"] == 1.0  # a scenario changes the fields it needs, keeps the others
+    empty = Cell("mlp", "eager", "ok")
+    each.derive(empty)  # nothing measured: nothing derived, nothing raised
+    assert each.csv_columns(empty) == {} and each.cell_info(None, 1) == {}
+    sections = each.sections(RunResults(environment={}, config={}, cells=[]))
+    assert all(isinstance(s, ReportSection) and s.title and s.rows == [] for s in sections)
+
+
+def test_the_default_hooks_do_nothing():
+    class Bare(BaseScenario):
+        name = "bare"
+
+    bare = Bare()
+    assert bare.timing({"budget_s": 2.0}, None) == {"budget_s": 2.0}
+    assert bare.header({}) == "bare" and bare.sections(RunResults(environment={}, config={}, cells=[])) == []
+
+
+def test_the_command_line_offers_every_scenario(tmp_path):
+    import argparse
+
+    from compare import cli
+
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in sub.choices["run"]._actions if "--scenario" in a.option_strings)
+    assert list(action.choices) == list(scenarios()) and action.default == DEFAULT
+    assert all(f"{s.name}: {s.help}" in action.help for s in scenarios().values())
+    for name in scenarios():
+        assert cli.make_config(cli.parse(["--scenario", name, "--output-dir", str(tmp_path / name)])).scenario == name
+
+
+def _generic_files() -> list[Path]:
+    files = [*(ROOT / "compare").rglob("*.py"), *(ROOT / "compare/report/templates").glob("*.html")]
+    return [f for f in files if not any(f.relative_to(ROOT).as_posix().startswith(p)
+                                        for p in ("compare/scenarios/", *MECHANICS))]
+
+
+def test_no_generic_module_names_the_offline_scenario():
+    """Offline lives in compare/scenarios/offline.py alone: the command line, the worker,
+    the records and the reports loop over the registry."""
+    naming = [f"{f.relative_to(ROOT)}:{n}" for f in _generic_files()
+              for n, line in enumerate(f.read_text().splitlines(), 1) if re.search("offline", line, re.I)]
+    assert naming == []
