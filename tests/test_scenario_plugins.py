@@ -41,7 +41,7 @@ def test_each_scenario_declares_its_hooks(name, tmp_path):
     timing = each.timing({"budget_s": 1.0, "min_samples": 5, "sample_warmup": True}, args)
     assert timing["budget_s"] == 1.0  # a scenario changes the fields it needs, keeps the others
     empty = Cell("mlp", "eager", "ok")
-    each.derive(empty)  # nothing measured: nothing derived, nothing raised
+    each.derive(empty, {"scenario": name})  # nothing measured: nothing derived, nothing raised
     assert each.csv_columns(empty) == {} and each.cell_info(None, 1) == {}
     sections = each.sections(RunResults(environment={}, config={}, cells=[]))
     assert all(isinstance(s, ReportSection) and s.title and s.rows == [] for s in sections)

@@ -17,7 +17,6 @@ from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
 from compare.report.server import SERVER_NOTE, server_rows
 from compare.report.text import (
-    REQUEST_NOTE,
     SUMMARY_COLUMNS,
     backend_class,
     conditions_line,
@@ -26,7 +25,6 @@ from compare.report.text import (
     noise_line,
     problems,
     reference_line,
-    request_rows,
     scenario_sections,
     summary_rows,
 )
@@ -306,30 +304,6 @@ def plot_time_breakdown(results: RunResults) -> str | None:
     return _finish_panels(fig, axes, len(workloads), "Where the time goes (each backend's own profiler)")
 
 
-def plot_request_latency(results: RunResults) -> str | None:
-    """Single-stream: each cell's per-request latency as a CDF, one panel per workload, with
-    eager's requests from the same workers dashed."""
-    cells = [c for c in _ok_cells(results) if c.request_latency_ms]
-    if not cells:
-        return None
-    import numpy as np
-
-    fig, axes, workloads = _workload_panels(cells)
-    for ax, w in zip(axes, workloads):
-        for c in (c for c in cells if c.label == w):
-            for stats, style, name in ((c.latency, "-", c.backend), (c.eager_latency, "--", f"eager beside {c.backend}")):
-                if stats is None or (c.is_reference and style == "--"):
-                    continue
-                ms = np.sort(stats.samples)
-                ax.plot(ms, np.arange(1, ms.size + 1) / ms.size, style, linewidth=1, label=name)
-        ax.set_xscale("log")
-        ax.set_title(w, fontsize=9)
-        ax.set_xlabel("ms per request (log)")
-        ax.set_ylabel("share of requests")
-        ax.legend(fontsize=6)
-    return _finish_panels(fig, axes, len(workloads), "Per-request latency, single-stream (CDF)")
-
-
 class _Panels:
     """The helpers a scenario's plot draws with (``compare.scenarios.Panels``)."""
 
@@ -346,7 +320,6 @@ def scenario_plots(results: RunResults) -> list[tuple[str, Callable[[RunResults]
 
 PLOTS = [
     ("Speedup vs eager", plot_speedups),
-    ("Per-request latency", plot_request_latency),
     ("Batch scaling", plot_batch_scaling),
     ("Compile time by phase", plot_compile_phases),
     ("Amortization", plot_amortization),
@@ -416,8 +389,6 @@ def render_html(results: RunResults) -> str:
         reference_line=reference_line(results) or "",
         summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
-        request_table=pd.DataFrame(requests).to_html(index=False, escape=True) if (requests := request_rows(results)) else None,
-        request_note=REQUEST_NOTE,
         scenario_sections=[(section.title, pd.DataFrame(section.rows).to_html(index=False, escape=True), section.note)
                            for section in scenario_sections(results)],
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))

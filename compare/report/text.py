@@ -350,31 +350,6 @@ def _fmt_ms_or_dash(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def request_rows(results: RunResults) -> list[dict[str, Any]]:
-    """Single-stream: per cell, the backend's and the in-cell eager's per-request percentiles."""
-    rows = []
-    for cell in results.cells:
-        for side, pct in (cell.request_latency_ms or {}).items():
-            if side == REFERENCE_SIDE and cell.is_reference:
-                continue
-            rows.append({"workload": cell.label, "backend": cell.backend,
-                         "timed": "in-cell eager" if side == REFERENCE_SIDE else cell.backend, "requests": pct["n"],
-                         **{f"{name} ms": _fmt_ms_or_dash(pct[name]) for name in ("p50", "p90", "p99", "p99.9", "max")},
-                         "p99 speedup [95% CI]": _tail_speedup(cell) if side == "backend" else ""})
-    return rows
-
-
-def _tail_speedup(cell) -> str:
-    tail = cell.tail_speedup
-    return "-" if not tail else f"{tail['ratio']:.2f}x [{tail['ci'][0]:.2f}-{tail['ci'][1]:.2f}]"
-
-
-REQUEST_NOTE = ("Single-stream (MLPerf LoadGen's SingleStream): every request timed on its own, the next issued "
-                "when the last returned, eager's requests alternated with the backend's in the same workers. Each "
-                "percentile is an observed request; p99 needs 100 requests and p99.9 1000, else '-'. p99 speedup: "
-                "eager's p99 over the backend's, its interval resampled as the speedup's.")
-
-
 def _decode_side(decode: dict[str, Any]) -> dict[str, str]:
     tpot = decode.get("tpot_ms") or {}
     return {"pp t/s": _fmt_rate(decode.get("pp_tokens_per_s")), "tg t/s": _fmt_rate(decode.get("tg_tokens_per_s")),
@@ -518,17 +493,13 @@ def summary_markdown(results: RunResults) -> str:
                   "Over one common set of workloads per batch and dtype: those where every backend ran and "
                   "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
                   "backend's failure) are listed."]
-    requests = request_rows(results)
-    if requests:
-        lines += ["", "## Per-request latency (single-stream)", "", pd.DataFrame(requests).to_markdown(index=False),
-                  "", REQUEST_NOTE]
+    for section in scenario_sections(results):
+        lines += ["", f"## {section.title}", "", pd.DataFrame(section.rows).to_markdown(index=False),
+                  *(["", section.note] if section.note else [])]
     decodes = decode_rows(results)
     if decodes:
         lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
     lines += decode_failure_markdown(results)
-    for section in scenario_sections(results):
-        lines += ["", f"## {section.title}", "", pd.DataFrame(section.rows).to_markdown(index=False),
-                  *(["", section.note] if section.note else [])]
     lines += int8_markdown(results)
     lines += server_markdown(results)
     lines += explain_markdown(results)
@@ -589,11 +560,9 @@ def rich_geomean_table(results: RunResults):
 def rich_extra_tables(results: RunResults) -> list:
     """The tables printed below the cells: geometric means, per-request latency, decode,
     throughput, server."""
-    geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
-    served = server_rows(results)
-    return ([geo] if geo is not None else []) + (
-        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
+    geo, decodes, served = rich_geomean_table(results), decode_rows(results), server_rows(results)
+    return ([geo] if geo is not None else []) + [
+        _rich_rows_table(section.rich_title or section.title.lower(), section.rows)
+        for section in scenario_sections(results)] + (
         [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
-        [_rich_rows_table(section.rich_title or section.title.lower(), section.rows)
-         for section in scenario_sections(results)]) + (
         [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])

@@ -20,7 +20,6 @@ from compare.measure.stats import (
     process_speedups,
     request_percentiles,
     speedup_and_break_even,
-    tail_speedup,
 )
 from compare.results import extensions
 from compare.results.roles import REFERENCE_BACKEND, REFERENCE_SIDE
@@ -100,18 +99,6 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
         cell.break_even_note = "unknown: the tuning time behind this log was not recorded"
     else:
         cell.break_even_note = None
-
-
-def fill_request_latency(cell: Cell) -> None:
-    """Single-stream: each sample is one request, so its samples are the request latencies;
-    the p99 ratio gets an interval as the speedup does."""
-    pairs = {"backend": cell.latency, REFERENCE_SIDE: cell.eager_latency}
-    if all(stats is not None and stats.number == 1 for stats in pairs.values()):
-        cell.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
-                                   if stats is not None}
-        if not cell.is_reference and cell.tail_speedup is None and cell.latency and cell.eager_latency:
-            block = interval_block(cell)
-            cell.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.process_samples, block)
 
 
 def bench_rates(parts: dict[str, list[float]], decode: dict[str, Any]) -> dict[str, list[float]]:
@@ -203,15 +190,12 @@ def fill_derived(results: RunResults) -> None:
                   and c.latency and c.eager_latency}
     ceilings = results.experiments.get("roofline_ceilings")
     correlation_s = correlation_seconds(results)
-    per_request = (results.config.get("timing") or {}).get("per_request", False)
     for cell in results.cells:
         if cell.status != "ok" or cell.latency is None:
             continue
         fill_speedup(cell, correlation_s)
-        if per_request:
-            fill_request_latency(cell)
         for fill_scenario_figures in extensions.cell_figures():
-            fill_scenario_figures(cell)
+            fill_scenario_figures(cell, results.config)
         fill_speedup_vs_fp32(cell)
         fill_decode(cell)
         cell.eager_only_ms = eager_only.get(cell.label)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-# A cell (compare.results.schema.Cell; not imported: schema imports this module)
-CellFigures = Callable[[Any], None]
+# A cell (compare.results.schema.Cell; not imported: schema imports this module), and for
+# its figures the run's configuration (results.json's "config")
+CellFigures = Callable[[Any, dict[str, Any]], None]
 CellColumns = Callable[[Any], dict[str, Any]]
 
 _figures: list[CellFigures] = []

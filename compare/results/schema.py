@@ -341,16 +341,9 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "allocator": cell.allocator,
         "cache": cell.cache,
     }
-    if cell.tail_speedup:
-        row.update({"tail_speedup_p99": cell.tail_speedup["ratio"], "tail_speedup_p99_ci_low": cell.tail_speedup["ci"][0],
-                    "tail_speedup_p99_ci_high": cell.tail_speedup["ci"][1]})
-    for side, percentiles in (cell.request_latency_ms or {}).items():
-        prefix = "request" if side == "backend" else "eager_request"
-        row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
-                    if name != "n"})
-    row.update(decode_columns(cell.decode))
     for scenario_columns in extensions.cell_columns():
         row.update(scenario_columns(cell))
+    row.update(decode_columns(cell.decode))
     if cell.server is not None:
         row.update(server_columns(cell.server))
     for phase, seconds in cell.compile_phases.items():

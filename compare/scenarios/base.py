@@ -71,8 +71,9 @@ class Scenario:
         return {}
 
     # the records
-    def derive(self, cell: Cell) -> None:
-        """Fill the cell's figures derived from what this scenario measured."""
+    def derive(self, cell: Cell, config: dict[str, Any]) -> None:
+        """Fill the cell's figures derived from what this scenario measured, in a run of
+        ``config`` (results.json's)."""
 
     def csv_columns(self, cell: Cell) -> dict[str, Any]:
         """results.csv's columns for this scenario's figures (none for other cells)."""

@@ -57,7 +57,7 @@ class Offline(Scenario):
         # at the workload's batch: samples/s is inferences/s times it
         return {"offline": {"batch": batch, **recorded}} if recorded else {}
 
-    def derive(self, cell: Cell) -> None:
+    def derive(self, cell: Cell, config: dict[str, Any]) -> None:
         fill_throughput(cell)
 
     def csv_columns(self, cell: Cell) -> dict[str, Any]:
