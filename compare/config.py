@@ -7,6 +7,7 @@ import datetime as _dt
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -81,7 +82,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         seed=args.seed,
         timing=_timing(args),
         scenario=getattr(args, "scenario", DEFAULT),
-        server=_server(args),
+        **_scenario_fields(args),
         options=backend_options(args),
         keep_work_dirs=args.keep_work_dirs,
         numerics_draws=args.numerics_draws,
@@ -169,23 +170,19 @@ def _timing(args: argparse.Namespace) -> dict:
     return scenario(getattr(args, "scenario", DEFAULT)).timing(timing, args)
 
 
-SERVER_FLAGS = {"server_p99_ms": "p99_ms", "server_run_ms": "run_ms", "server_runs": "runs"}
+def _scenario_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields the scenarios' own options set; an option of another scenario
+    than the run's is a usage error, not a flag quietly ignored."""
+    from compare.scenarios import DEFAULT, scenarios
 
-
-def _server(args: argparse.Namespace) -> dict | None:
-    """--scenario server's parameters (ServerConfig's fields, defaults filled in); a
-    --server-* flag without --scenario server is a usage error, not a flag quietly ignored."""
-    from dataclasses import asdict
-
-    from compare.measure.loadgen import ServerConfig
-
-    given = {field: getattr(args, flag) for flag, field in SERVER_FLAGS.items() if getattr(args, flag, None) is not None}
-    if getattr(args, "scenario", "back-to-back") != "server":
-        if given:
-            flag = next(flag for flag, field in SERVER_FLAGS.items() if field in given)
-            raise UsageError(f"--{flag.replace('_', '-')} applies to --scenario server only")
-        return None
-    return asdict(ServerConfig(**given))
+    chosen = getattr(args, "scenario", DEFAULT)
+    fields: dict[str, Any] = {}
+    for each in scenarios().values():
+        try:
+            fields.update(each.run_fields(args, chosen=each.name == chosen))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return fields
 
 
 def _checked_affinity(cpus: list[int] | None) -> list[int] | None:

@@ -15,7 +15,6 @@ import pandas as pd
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
-from compare.report.server import SERVER_NOTE, server_rows
 from compare.report.text import (
     SUMMARY_COLUMNS,
     backend_class,
@@ -393,8 +392,6 @@ def render_html(results: RunResults) -> str:
                            for section in scenario_sections(results)],
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
         else None, calibration_line=calibration_line(results),
-        server_table=pd.DataFrame(served).to_html(index=False, escape=True) if (served := server_rows(results)) else None,
-        server_note=SERVER_NOTE,
         explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,
         plots=plots, plot_failures=plot_failures,
         problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off

@@ -12,7 +12,6 @@ from compare.report.backends import backend_class
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
-from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
@@ -228,7 +227,7 @@ def conditions_line(results: RunResults) -> str:
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
-            f"scenario {scenario_text(cfg)}{server_conditions(cfg)}; "
+            f"scenario {scenario_text(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
             f"{precision_text(results)}{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
@@ -501,7 +500,6 @@ def summary_markdown(results: RunResults) -> str:
         lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
     lines += decode_failure_markdown(results)
     lines += int8_markdown(results)
-    lines += server_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)
@@ -558,11 +556,9 @@ def rich_geomean_table(results: RunResults):
 
 
 def rich_extra_tables(results: RunResults) -> list:
-    """The tables printed below the cells: geometric means, per-request latency, decode,
-    throughput, server."""
-    geo, decodes, served = rich_geomean_table(results), decode_rows(results), server_rows(results)
+    """The tables printed below the cells: geometric means, each scenario's, decode."""
+    geo, decodes = rich_geomean_table(results), decode_rows(results)
     return ([geo] if geo is not None else []) + [
         _rich_rows_table(section.rich_title or section.title.lower(), section.rows)
         for section in scenario_sections(results)] + (
-        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
-        [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])
+        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else [])

@@ -344,8 +344,6 @@ def cell_row(cell: Cell) -> dict[str, Any]:
     for scenario_columns in extensions.cell_columns():
         row.update(scenario_columns(cell))
     row.update(decode_columns(cell.decode))
-    if cell.server is not None:
-        row.update(server_columns(cell.server))
     for phase, seconds in cell.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
@@ -378,18 +376,6 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
         row.update({f"decode_{rate}_speedup": speedup.get("value"), f"decode_{rate}_speedup_lo": ci[0],
                     f"decode_{rate}_speedup_hi": ci[1]})
     return row
-
-
-def server_columns(server: dict[str, Any]) -> dict[str, Any]:
-    """--scenario server's CSV columns: the bound, each side's highest QPS within it and the
-    p99 there (LoadGen's and dlcompare's own), their ratio, and the LoadGen runs made."""
-    eager = server.get(REFERENCE_SIDE) or {}
-    return {"server_p99_bound_ms": server.get("p99_bound_ms"), "server_max_qps": server.get("max_qps"),
-            "server_p99_at_max_ms": server.get("p99_at_max_ms"),
-            "server_own_p99_at_max_ms": server.get("own_p99_at_max_ms"),
-            "server_eager_max_qps": eager.get("max_qps"), "server_eager_p99_at_max_ms": eager.get("p99_at_max_ms"),
-            "server_qps_ratio_vs_eager": server.get("qps_ratio_vs_eager"),
-            "server_loadgen_runs": len(server.get("loadgen_runs") or []) + len(eager.get("loadgen_runs") or [])}
 
 
 def cells_frame(results: RunResults):

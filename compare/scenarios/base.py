@@ -27,6 +27,16 @@ class Panels(Protocol):
     def finish(self, fig: Any, axes: list[Any], used: int, title: str) -> str: ...
 
 
+class RunOptions(Protocol):
+    """The command line's way of declaring a scenario's run options (compare.cli): each
+    fills a RunConfig ``field`` and is checked on resume."""
+
+    positive_int: Callable[[str], int]
+    positive_float: Callable[[str], float]
+
+    def add(self, flag: str, *, field: str, **kwargs: Any) -> Any: ...
+
+
 @dataclass
 class ReportSection:
     """One table of a report, with its note and an optional plot; the text and HTML
@@ -53,14 +63,23 @@ class Scenario:
     rank: int = 100  # the order of --scenario's choices and help; the default scenario first
 
     # the command line and the run's configuration
-    def add_options(self, parser: Any) -> None:
-        """Add this scenario's own options to the run's argument group."""
+    def add_options(self, options: RunOptions) -> None:
+        """Declare this scenario's own run options."""
+
+    def run_fields(self, args: argparse.Namespace, chosen: bool) -> dict[str, Any]:
+        """The RunConfig fields this scenario's options set (``chosen``: the run's
+        scenario); raises ValueError for an option of it given in another scenario."""
+        return {}
 
     def timing(self, timing: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         """The TimingConfig fields the run sets, as this scenario changes them."""
         return timing
 
     # the worker
+    def before_torch(self, spec: CellSpec) -> None:
+        """Refuse the cell (``adapters.BackendUnavailable``) before torch loads, when this
+        scenario cannot run it here."""
+
     def timed_sides(self, sides: Sides, spec: CellSpec) -> tuple[list[Timed], dict[str, Any] | None]:
         """What the alternating sampler times for each side, in order, and what each side
         ran with (None: nothing to record). By default each side's call, as compiled."""
@@ -68,6 +87,12 @@ class Scenario:
 
     def cell_info(self, recorded: dict[str, Any] | None, batch: int) -> dict[str, Any]:
         """What the cell's ``info`` records of ``timed_sides``' settings, at the cell's batch."""
+        return {}
+
+    def after_timing(self, compiled: Any, prepared: Any, setup: Any, spec: CellSpec, timed: dict[str, Any],
+                     emit: Callable[..., None]) -> dict[str, Any]:
+        """What the cell measures after its timing (``timed``: the latencies), as
+        CellMeasurement's fields; ``emit`` reports the worker's phases."""
         return {}
 
     # the records

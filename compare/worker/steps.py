@@ -154,8 +154,7 @@ def prepare_worker(spec: CellSpec):
 
     if spec.work_dir is None:
         raise ValueError("the cell spec has no work_dir: the parent sets it when it starts the worker")
-    if spec.server is not None:  # before torch loads: a missing LoadGen costs nothing to find
-        require_loadgen()
+    scenario(spec.scenario).before_torch(spec)
     backend = get_backend(spec.backend)
     ctx = CompileContext(
         workload_name=spec.workload,
@@ -500,34 +499,6 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
             "fp32_eager_latency": stats.get("fp32_eager"), "round_s": sampler.round_s(), "scenario_sides": recorded}
 
 
-def serve_under_loadgen(compiled, prepared, setup: CellSetup, spec: CellSpec, timed: dict[str, Any]
-                        ) -> dict[str, Any] | None:
-    """--scenario server (the cell's first process): LoadGen's Server scenario against the
-    compiled call and, in the same worker, eager (compare.measure.loadgen), after timing.
-    Each side's search starts from its back-to-back median just timed."""
-    if spec.server is None or spec.process_index != 0:
-        return None
-    from adapters.eager import TorchCompiled
-    from compare.measure.loadgen import Served, measure_server
-
-    def served(name: str, run, arg, sync, median_ms: float) -> Served:
-        def call() -> None:
-            run(arg)
-            sync()
-        return Served(name, call, median_ms)
-
-    emit(phase="server")
-    eager_ms = timed["eager_latency"].median
-    sides = [served(spec.backend if spec.is_reference else "backend", compiled.run, prepared,
-                    compiled.synchronize, timed["latency"].median)]
-    if not spec.is_reference:
-        eager = TorchCompiled(setup.reference_model, spec.device)
-        sides.append(served(REFERENCE_SIDE, eager.run, eager.prepare(setup.inputs), eager.synchronize, eager_ms))
-    out_dir = Path(spec.work_dir or ".") / "loadgen"
-    return measure_server(sides, eager_ms, spec.server, out_dir,
-                          on_run=lambda side, run: emit(phase=f"server {side} {run['target_qps']:.4g} qps"))
-
-
 def await_compile() -> None:
     """Report that the imports are done, then wait for the parent's word to compile: the
     processes of a warm round import at the same time and compile one at a time, so their
@@ -634,18 +605,6 @@ def crosscheck_cell(compiled, prepared, median_ms: float, spec: CellSpec) -> dic
     return found if "unavailable" in found else {**found, "ratio": found["median_ms"] / median_ms}
 
 
-def require_loadgen() -> None:
-    """--scenario server without LoadGen installed: the cell is unavailable with the install
-    hint, before anything is built or compiled."""
-    from adapters import BackendUnavailable
-    from compare.measure.loadgen import LoadgenMissing, loadgen_module
-
-    try:
-        loadgen_module()
-    except LoadgenMissing as exc:
-        raise BackendUnavailable(str(exc)) from None
-
-
 def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
     """Run one cell; returns what it measured (the protocol's answer)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
@@ -680,7 +639,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     timed = time_against_eager(compiled, prepared, setup, spec)
     batch = setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch
     scenario_info = scenario(spec.scenario).cell_info(timed.pop("scenario_sides"), batch)
-    server = serve_under_loadgen(compiled, prepared, setup, spec, timed)
+    scenario_figures = scenario(spec.scenario).after_timing(compiled, prepared, setup, spec, timed, emit)
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
     libraries = gemm_libraries(compiled, prepared, setup, spec)
@@ -708,7 +667,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         profile=profile,
         crosscheck=crosscheck,
         gemm_library=libraries,
-        server=server,
+        **scenario_figures,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
         info={**cell_info(result), "thread_pinning": pinning, **scenario_info},
     )
