@@ -95,3 +95,27 @@ def test_the_generic_code_names_no_scenario(name):
     naming = [f"{path}:{n}" for path in GENERIC
               for n, line in enumerate((ROOT / path).read_text().splitlines(), 1) if named.search(line)]
     assert naming == []
+
+
+def test_a_notebook_load_gets_every_scenarios_figures_and_columns(tmp_path):
+    """compare.load in a fresh interpreter (nothing else imported): the records cannot
+    import the scenarios, so the loader does, and an offline cell's throughput is there."""
+    import json
+    import subprocess
+    import sys
+
+    from compare.measure.latency import LatencyStats
+
+    setting = {"streams": 2, "requests_in_flight": 4, "threads_per_stream": 1, "source": "test",
+               "requests_per_sample": 100}
+    cell = Cell("mlp", "ort", "ok", latency=LatencyStats.from_ms([2.0, 2.1, 1.9], 100),
+                eager_latency=LatencyStats.from_ms([4.0, 4.1, 3.9], 50), process_samples=[3],
+                info={"offline": {"batch": 8, "backend": setting, "eager": setting}})
+    run = RunResults(environment={}, config={"scenario": "offline"}, cells=[cell])
+    (tmp_path / "results.json").write_text(json.dumps(run.to_dict()))
+    code = ("import compare\n"
+            f"frame = compare.load({str(tmp_path)!r}).to_pandas()\n"
+            "print(round(frame['throughput_per_s'][0]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "500"
