@@ -119,3 +119,29 @@ def test_a_notebook_load_gets_every_scenarios_figures_and_columns(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "500"
+
+
+def test_an_installed_package_adds_a_scenario_through_its_entry_point(monkeypatch):
+    import importlib.metadata
+    import types
+
+    import compare.scenarios as registry
+
+    class Burst(BaseScenario):
+        name = "burst"
+        rank = 50
+
+    class Impostor(BaseScenario):
+        name = "offline"  # a built-in name is never replaced
+
+    points = [types.SimpleNamespace(load=lambda cls=cls: cls, value=f"pkg:{cls.__name__}") for cls in (Burst, Impostor)]
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
+    registry.scenarios.cache_clear()
+    try:
+        found = registry.scenarios()
+        assert list(found)[-1] == "burst" and type(found["offline"]).__module__ == "compare.scenarios.offline"
+    finally:
+        monkeypatch.undo()
+        registry.scenarios.cache_clear()
+    assert "burst" not in registry.scenarios()
