@@ -32,6 +32,7 @@ def run(**options: Any) -> RunResults:
 
 def load(run_dir: str | Path) -> RunResults:
     """A finished (or interrupted) run, older schemas migrated, derived figures filled."""
+    import compare.scenarios  # noqa: F401  (registers each scenario's figures and CSV columns)
     from compare.results.derived import fill_derived
 
     results = RunResults.load(run_dir)

@@ -192,28 +192,21 @@ def _add_execution(parser: Arguments) -> None:
          help="persistent tuning logs and caches")
 
 
-SCENARIOS = ("back-to-back", "single-stream", "offline", "server")
-
-
 def _add_timing(parser: Arguments) -> None:
     """How latency and numerics are sampled."""
     from compare.harness.runner import RunConfig
     from compare.measure.timing import TimingConfig
+    from compare.scenarios import DEFAULT, scenario_names, scenarios
 
     _arg(parser, "--time-budget", resume=OVERRIDABLE, field="timing", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
          help="soft budget in seconds for sampling one cell's latency")
     _arg(parser, "--min-samples", resume=OVERRIDABLE, field="timing", type=_positive_int, default=None, metavar="N",
          help=f"samples per cell before the stopping rule may stop it (default {TimingConfig.min_samples}, "
               "1 with --suite zoo: a call slower than the time budget is timed in one round)")
-    _arg(parser, "--scenario", resume=CHECKED, field="scenario", choices=SCENARIOS, default="back-to-back",
-         help="back-to-back: each sample averages calls made one after another, the median of "
-              "samples is the latency (default); single-stream: every request timed on its own, "
-              "as MLPerf's SingleStream, with p50/p90/p99/p99.9 per request; offline: throughput on all "
-              "the threads, each backend with its own streams where dlcompare has them (OpenVINO's "
-              "THROUGHPUT hint, ORT sessions in parallel), else back to back; server: after timing, "
-              "MLPerf LoadGen's Server scenario (Poisson arrivals) finds the highest QPS whose p99 "
-              "stays within --server-p99-ms, for the backend and eager (needs dlcompare[loadgen])")
-    _add_server(parser)
+    _arg(parser, "--scenario", resume=CHECKED, field="scenario", choices=scenario_names(), default=DEFAULT,
+         help="; ".join(f"{s.name}: {s.help}" for s in scenarios().values()))
+    for each in scenarios().values():
+        each.add_options(_ScenarioOptions(parser))
     _arg(parser, "--sample-warmup", resume=OVERRIDABLE, field="timing", choices=("on", "off"), default="on",
          help="one untimed call before each timed sample, so that no sample pays for what the "
               "other callable left behind (default on; off: the method before 2026-11)")
@@ -240,18 +233,17 @@ def _add_timing(parser: Arguments) -> None:
                              f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
 
 
-def _add_server(parser: Arguments) -> None:
-    """--scenario server's parameters (compare.measure.loadgen.ServerConfig)."""
-    from compare.measure.loadgen import BOUND_FACTOR, MIN_BOUND_MS, ServerConfig
+class _ScenarioOptions:
+    """How a scenario declares its run options (``compare.scenarios.base.RunOptions``)."""
 
-    _arg(parser, "--server-p99-ms", resume=CHECKED, field="server", type=_positive_float, default=None, metavar="MS",
-         help=f"--scenario server: the p99 bound every side of a cell is held to (default "
-              f"{BOUND_FACTOR:g}x eager's back-to-back median in the cell, at least {MIN_BOUND_MS:g} ms)")
-    _arg(parser, "--server-run-ms", resume=CHECKED, field="server", type=_positive_int, default=None, metavar="MS",
-         help=f"--scenario server: LoadGen's minimum duration of each run (default {ServerConfig.run_ms})")
-    _arg(parser, "--server-runs", resume=CHECKED, field="server", type=_positive_int, default=None, metavar="N",
-         help=f"--scenario server: LoadGen runs per side, the QPS bisection's steps "
-              f"(default {ServerConfig.runs})")
+    positive_int = staticmethod(_positive_int)
+    positive_float = staticmethod(_positive_float)
+
+    def __init__(self, parser: Arguments):
+        self.parser = parser
+
+    def add(self, flag: str, *, field: str, **kwargs) -> argparse.Action:
+        return _arg(self.parser, flag, resume=CHECKED, field=field, **kwargs)
 
 
 def _add_conditions(parser: Arguments) -> None:

@@ -7,6 +7,7 @@ import datetime as _dt
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -55,6 +56,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     WorkloadError) in one line, before anything runs."""
     from compare.harness.environment import available_cores
     from compare.harness.runner import RunConfig
+    from compare.scenarios import DEFAULT
 
     preset = suite_defaults(args)
     size_unset = args.size is None
@@ -76,8 +78,8 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         output_dir=str(_output_dir(args, output_dir)),
         workload_files=[str(Path(f).resolve()) for f in args.workload_file] + model_specs(args.model),
         timing=_timing(args),
-        scenario=getattr(args, "scenario", "back-to-back"),
-        server=_server(args),
+        scenario=getattr(args, "scenario", DEFAULT),
+        **_scenario_fields(args),
         options=backend_options(args),
         batches=list(args.batch),
         dtypes=list(args.dtype),
@@ -142,43 +144,28 @@ def device_size(device: str, workloads: list) -> str:
     return wanted if all(wanted in w.sizes for w in workloads) else "default"
 
 
-# Single-stream: enough requests per cell for a p99.9 (1/(1-0.999)), over its processes.
-SINGLE_STREAM_REQUESTS = 1000
-
-
 def _timing(args: argparse.Namespace) -> dict:
-    """The TimingConfig fields the command line sets. Single-stream times one request per
-    sample, with no untimed call between requests, until the cell has at least
-    SINGLE_STREAM_REQUESTS (and its time budget is spent). Offline times calls of a stream
-    pool (many requests each), with no untimed call between them."""
+    """The TimingConfig fields the command line sets, as the run's scenario changes them."""
+    from compare.scenarios import DEFAULT, scenario
+
     timing = {"budget_s": args.time_budget, "min_samples": args.min_samples,
               "sample_warmup": args.sample_warmup == "on"}
-    if getattr(args, "scenario", "back-to-back") == "single-stream":
-        per_process = -(-SINGLE_STREAM_REQUESTS // args.processes)
-        timing.update(per_request=True, sample_warmup=False, min_samples=max(args.min_samples, per_process),
-                      max_samples=100 * SINGLE_STREAM_REQUESTS)
-    if getattr(args, "scenario", "back-to-back") == "offline":
-        timing.update(offline=True, sample_warmup=False)
-    return timing
+    return scenario(getattr(args, "scenario", DEFAULT)).timing(timing, args)
 
 
-SERVER_FLAGS = {"server_p99_ms": "p99_ms", "server_run_ms": "run_ms", "server_runs": "runs"}
+def _scenario_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields the scenarios' own options set; an option of another scenario
+    than the run's is a usage error, not a flag quietly ignored."""
+    from compare.scenarios import DEFAULT, scenarios
 
-
-def _server(args: argparse.Namespace) -> dict | None:
-    """--scenario server's parameters (ServerConfig's fields, defaults filled in); a
-    --server-* flag without --scenario server is a usage error, not a flag quietly ignored."""
-    from dataclasses import asdict
-
-    from compare.measure.loadgen import ServerConfig
-
-    given = {field: getattr(args, flag) for flag, field in SERVER_FLAGS.items() if getattr(args, flag, None) is not None}
-    if getattr(args, "scenario", "back-to-back") != "server":
-        if given:
-            flag = next(flag for flag, field in SERVER_FLAGS.items() if field in given)
-            raise UsageError(f"--{flag.replace('_', '-')} applies to --scenario server only")
-        return None
-    return asdict(ServerConfig(**given))
+    chosen = getattr(args, "scenario", DEFAULT)
+    fields: dict[str, Any] = {}
+    for each in scenarios().values():
+        try:
+            fields.update(each.run_fields(args, chosen=each.name == chosen))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return fields
 
 
 def _checked_affinity(cpus: list[int] | None) -> list[int] | None:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("compare", "adapters", "workloads")
 # What the parent imports to plan, run (local or Ray), record and report: every module
 # of these packages, and the entry points.
-PARENT_PACKAGES = ("compare/harness", "compare/report", "compare/results")
+PARENT_PACKAGES = ("compare/harness", "compare/report", "compare/results", "compare/scenarios")
 PARENT_MODULES = tuple(sorted(
     ".".join(f.relative_to(ROOT).with_suffix("").parts) for pkg in PARENT_PACKAGES for f in (ROOT / pkg).glob("[!_]*.py")
 )) + ("compare.cli", "compare.commands", "compare.config", "compare.api", "adapters")
@@ -27,6 +27,7 @@ LAYERS = (
     ("compare.measure",),  # how to time and judge: samplers, statistics, numerics, counting work
     ("compare.results",),  # the records: protocol, schema, roles, derived figures
     ("adapters", "workloads"),  # how to lower and run one backend; what is run
+    ("compare.scenarios",),  # how calls are issued, one plug-in each: timing, records, report sections
     ("compare.worker",),  # the worker side: one cell
     ("compare.experiments",),  # one experiment, on the worker's setup
     ("compare.harness",),  # the parent: plans, runs workers, records

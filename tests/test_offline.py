@@ -64,7 +64,7 @@ class SleepingPool(StreamPool):
 @pytest.mark.unit
 def test_requests_per_sample_last_about_the_sample_time_in_whole_rounds():
     from compare.measure.timing import OFFLINE_SAMPLE_S
-    from compare.worker.steps import requests_per_sample
+    from compare.scenarios.offline import requests_per_sample
 
     pool = SleepingPool()
     requests = requests_per_sample(pool, 2)
@@ -84,8 +84,8 @@ def test_offline_config_and_context(tmp_path):
 
 @pytest.mark.unit
 def test_throughput_from_known_samples():
-    from compare.results.derived import fill_throughput
     from compare.results.schema import Cell, cell_row
+    from compare.scenarios.offline import fill_throughput
 
     backend = LatencyStats.from_ms([2.0, 2.0, 2.1, 1.9, 2.0, 2.0], 100)  # 500 inferences/s
     eager = LatencyStats.from_ms([4.0, 4.1, 3.9, 4.0, 4.0, 4.0], 50)  # 250 inferences/s
@@ -222,9 +222,9 @@ def _offline_cell(backend, batch, per_s, ci_half=0.01, workload="mlp", status="o
 
 @pytest.mark.unit
 def test_best_batch_per_backend_from_samples_per_s():
-    from compare.report.offline import best_batch_rows
-    from compare.report.text import summary_markdown, throughput_rows
+    from compare.report.text import summary_markdown
     from compare.results.schema import RunResults
+    from compare.scenarios.offline import best_batch_rows, throughput_rows
 
     cells = [_offline_cell("tvm", 1, 1000.0), _offline_cell("tvm", 8, 400.0), _offline_cell("tvm", 32, 90.0),
              # inductor peaks at batch 8: 8 x 300 = 2400 samples/s, batch 32's 32 x 74 = 2368 lies within its CI

@@ -107,7 +107,7 @@ def test_server_flags_need_the_server_scenario(tmp_path):
 def test_the_server_parameters_travel_in_the_spec_to_the_first_process_only(tmp_path):
     from compare.harness.pooling import ProcessPlan
 
-    spec = tiny_spec("eager", tmp_path, server=TINY_SERVER)
+    spec = tiny_spec("eager", tmp_path, scenario="server", server=TINY_SERVER)
     again = CellSpec.from_json(spec.to_json())
     assert again.server == ServerConfig(**TINY_SERVER)
     plan = ProcessPlan(2)
@@ -118,7 +118,7 @@ def test_the_server_parameters_travel_in_the_spec_to_the_first_process_only(tmp_
 def test_without_loadgen_a_server_cell_is_unavailable_with_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "mlperf_loadgen", None)  # import mlperf_loadgen now raises ImportError
     with pytest.raises(BackendUnavailable, match=r"needs MLPerf LoadGen.*pip install -e '\.\[loadgen\]'"):
-        worker.measure_cell(tiny_spec("eager", tmp_path, threads=1, server=TINY_SERVER))
+        worker.measure_cell(tiny_spec("eager", tmp_path, threads=1, scenario="server", server=TINY_SERVER))
 
 
 def test_without_loadgen_a_server_run_reports_unavailable_cells(tmp_path):
@@ -149,7 +149,7 @@ class PlainBackend(Backend):
 @needs_loadgen
 def test_the_worker_searches_the_backend_and_eager_alternately(monkeypatch, tmp_path):
     monkeypatch.setattr(adapters, "get_backend", lambda name: PlainBackend())
-    spec = tiny_spec("plain", tmp_path, threads=1, server=TINY_SERVER)
+    spec = tiny_spec("plain", tmp_path, threads=1, scenario="server", server=TINY_SERVER)
     cell = CellMeasurement.from_json(worker.measure_cell(spec).to_json())
     server = cell.scenario.server
     assert server is not None and server["loadgen_version"] and server["p99_bound_ms"] == 1000.0
@@ -205,14 +205,15 @@ def _server_results():
 
 @pytest.mark.unit
 def test_the_server_table_csv_and_header_read_the_record():
-    from compare.report.server import server_conditions, server_markdown, server_rows
+    from compare.report.text import summary_markdown
     from compare.results.schema import cell_row
+    from compare.scenarios.server import server_conditions, server_rows
 
     results = _server_results()
     (row,) = server_rows(results)  # the unavailable cell has no record: it says why in the main table
     assert row["max QPS"] == "500.0" and row["eager max QPS"] == "250.0" and row["QPS vs eager"] == "2.00x"
     assert row["VALID runs"] == "1/3"
-    assert "## Server (LoadGen)" in server_markdown(results) and "LoadGen 6.0.17." in server_markdown(results)[-1]
+    assert "## Server (LoadGen)" in summary_markdown(results) and "LoadGen 6.0.17." in summary_markdown(results)
     columns = cell_row(results.cells[0])
     assert columns["server_max_qps"] == 500.0 and columns["server_eager_max_qps"] == 250.0
     assert columns["server_loadgen_runs"] == 3 and "server_max_qps" not in cell_row(results.cells[1])

@@ -91,6 +91,7 @@ class CellSpecs:
             count_work=dynamic is None,
             dynamic=dynamic,
             server=ServerConfig(**cfg.server) if cfg.server is not None and dynamic is None else None,
+            scenario=cfg.scenario,
             prompt_len=cfg.prompt_len,
             gen_len=cfg.gen_len,
         )

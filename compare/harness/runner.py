@@ -92,10 +92,8 @@ class RunConfig:
     # cells, shown in the header; 0: none.
     noise_probe_s: float = 3.0
     affinity: list[int] | None = None  # --affinity: the CPUs every worker is pinned to
-    # How calls are issued (--scenario): "back-to-back" (each sample averages calls made one
-    # after another; the median of samples) or "single-stream" (MLPerf's SingleStream: one
-    # request per sample, each after the last returned; per-request percentiles) or
-    # "offline" (MLPerf's Offline: throughput with each backend's own streams).
+    # How calls are issued (--scenario): a scenario's name (compare.scenarios, one module
+    # each); "back-to-back" (each sample averages calls made one after another) by default.
     scenario: str = "back-to-back"
     # --scenario server: LoadGen's parameters (compare.measure.loadgen.ServerConfig's fields)
     server: dict[str, Any] | None = None

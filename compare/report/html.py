@@ -3,23 +3,20 @@ from results.json alone. Reports read results; they never measure."""
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import math
-import statistics
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
-from compare.report.offline import BEST_BATCH_NOTE, best_batch_rows
-from compare.report.server import SERVER_NOTE, server_rows
 from compare.report.text import (
-    REQUEST_NOTE,
     SUMMARY_COLUMNS,
-    THROUGHPUT_NOTE,
     backend_class,
     conditions_line,
     environment_line,
@@ -27,11 +24,9 @@ from compare.report.text import (
     noise_line,
     problems,
     reference_line,
-    request_rows,
+    scenario_sections,
     summary_rows,
-    throughput_rows,
 )
-from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text
 
 
@@ -308,61 +303,22 @@ def plot_time_breakdown(results: RunResults) -> str | None:
     return _finish_panels(fig, axes, len(workloads), "Where the time goes (each backend's own profiler)")
 
 
-def plot_request_latency(results: RunResults) -> str | None:
-    """Single-stream: each cell's per-request latency as a CDF, one panel per workload, with
-    eager's requests from the same workers dashed."""
-    cells = [c for c in _ok_cells(results) if c.scenario.request_latency_ms]
-    if not cells:
-        return None
-    import numpy as np
+class _Panels:
+    """The helpers a scenario's plot draws with (``compare.scenarios.Panels``)."""
 
-    fig, axes, workloads = _workload_panels(cells)
-    for ax, w in zip(axes, workloads):
-        for c in (c for c in cells if c.label == w):
-            for stats, style, name in ((c.latency, "-", c.backend), (c.eager_latency, "--", f"eager beside {c.backend}")):
-                if stats is None or (c.is_reference and style == "--"):
-                    continue
-                ms = np.sort(stats.samples)
-                ax.plot(ms, np.arange(1, ms.size + 1) / ms.size, style, linewidth=1, label=name)
-        ax.set_xscale("log")
-        ax.set_title(w, fontsize=9)
-        ax.set_xlabel("ms per request (log)")
-        ax.set_ylabel("share of requests")
-        ax.legend(fontsize=6)
-    return _finish_panels(fig, axes, len(workloads), "Per-request latency, single-stream (CDF)")
+    ok_cells = staticmethod(_ok_cells)
+    workload_panels = staticmethod(_workload_panels)
+    finish = staticmethod(_finish_panels)
 
 
-def plot_throughput(results: RunResults) -> str | None:
-    """Offline: inferences/s per backend with its 95% interval, one panel per workload; each
-    bar says its streams, and eager's figure from the same workers is the dashed line."""
-    cells = [c for c in _ok_cells(results) if c.scenario.throughput]
-    if not cells:
-        return None
-    fig, axes, workloads = _workload_panels(cells)
-    for ax, w in zip(axes, workloads):
-        mine = [c for c in cells if c.label == w]
-        rates = [c.scenario.throughput["per_s"] for c in mine]
-        ci = [c.scenario.throughput.get("ci") or [r, r] for c, r in zip(mine, rates)]
-        errors = [[r - lo for r, (lo, _) in zip(rates, ci)], [hi - r for r, (_, hi) in zip(rates, ci)]]
-        bars = ax.bar(range(len(mine)), rates, yerr=errors, capsize=3)
-        for bar, c, (_, high) in zip(bars, mine, ci):  # above the interval's top, not on it
-            ax.annotate(f"{c.scenario.throughput.get('streams')} stream(s)", (bar.get_x() + bar.get_width() / 2, high),
-                        ha="center", va="bottom", fontsize=6, xytext=(0, 3), textcoords="offset points")
-        eager = [c.scenario.throughput[REFERENCE_SIDE]["per_s"] for c in mine if not c.is_reference]
-        if eager:
-            ax.axhline(statistics.median(eager), linestyle="--", linewidth=1, color="grey", label="eager (in-cell)")
-            ax.legend(fontsize=6)
-        ax.set_xticks(range(len(mine)), [c.backend for c in mine], fontsize=7, rotation=30)
-        batch = mine[0].scenario.throughput.get("batch")
-        ax.set_ylabel("inferences/s" + (f" (batch {batch})" if batch else ""))
-        ax.set_title(w, fontsize=9)
-    return _finish_panels(fig, axes, len(workloads), "Throughput, offline (each backend's own streams; 95% CI)")
+def scenario_plots(results: RunResults) -> list[tuple[str, Callable[[RunResults], str | None]]]:
+    """The plots of the scenarios' sections that have rows, as PLOTS lists its own."""
+    return [(section.plot_title or section.title, functools.partial(section.plot, panels=_Panels()))
+            for section in scenario_sections(results) if section.plot]
 
 
 PLOTS = [
     ("Speedup vs eager", plot_speedups),
-    ("Per-request latency", plot_request_latency),
-    ("Throughput (offline)", plot_throughput),
     ("Batch scaling", plot_batch_scaling),
     ("Compile time by phase", plot_compile_phases),
     ("Amortization", plot_amortization),
@@ -398,7 +354,8 @@ def draw_plots(results: RunResults) -> tuple[list[tuple[str, str]], list[str]]:
     """Every plot that has data, and a line for each that could not be drawn: one plot's
     failure (matplotlib on data no one foresaw) costs that plot, never the report."""
     plots, failures = [], []
-    for title, plot in PLOTS:
+    # the scenarios' own plots right after the headline speedups
+    for title, plot in [*PLOTS[:1], *scenario_plots(results), *PLOTS[1:]]:
         try:
             uri = plot(results)
         except Exception as exc:
@@ -431,16 +388,10 @@ def render_html(results: RunResults) -> str:
         reference_line=reference_line(results) or "",
         summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
-        request_table=pd.DataFrame(requests).to_html(index=False, escape=True) if (requests := request_rows(results)) else None,
-        request_note=REQUEST_NOTE,
-        throughput_table=pd.DataFrame(tp).to_html(index=False, escape=True) if (tp := throughput_rows(results)) else None,
-        throughput_note=THROUGHPUT_NOTE,
-        best_batch_table=pd.DataFrame(bb).to_html(index=False, escape=True) if (bb := best_batch_rows(results)) else None,
-        best_batch_note=BEST_BATCH_NOTE,
+        scenario_sections=[(section.title, pd.DataFrame(section.rows).to_html(index=False, escape=True), section.note)
+                           for section in scenario_sections(results)],
         int8_table=pd.DataFrame(int8, columns=INT8_COLUMNS).to_html(index=False, escape=True) if (int8 := int8_rows(results))
         else None, calibration_line=calibration_line(results),
-        server_table=pd.DataFrame(served).to_html(index=False, escape=True) if (served := server_rows(results)) else None,
-        server_note=SERVER_NOTE,
         explain_table=explain.fillna("-").to_html(index=False, escape=True) if len(explain := explain_frame(results)) else None,
         plots=plots, plot_failures=plot_failures,
         problems=problems(results),  # failed, timed out, out of memory, unavailable, numerics off

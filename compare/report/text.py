@@ -12,11 +12,10 @@ from compare.report.backends import backend_class
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
-from compare.report.offline import BEST_BATCH_NOTE, best_batch_cells, best_batch_rows
-from compare.report.server import server_conditions, server_markdown, server_rows
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
 from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
+from compare.scenarios import DEFAULT, ReportSection, scenarios
 
 # ----------------------------------------------------------------------------- formatting
 
@@ -229,7 +228,7 @@ def conditions_line(results: RunResults) -> str:
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
-            f"scenario {scenario_text(cfg)}{server_conditions(cfg)}; "
+            f"scenario {scenario_text(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference); cache {cache}"
             f"{precision_text(results)}{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
@@ -265,14 +264,11 @@ def preset_text(cfg: dict[str, Any]) -> str:
 
 
 def scenario_text(cfg: dict[str, Any]) -> str:
-    """The scenario with its parameters, as the header states it."""
-    scenario = cfg.get("scenario", "back-to-back")
-    if scenario == "offline":
-        return ("offline (throughput on all the threads: each backend's own streams where dlcompare has them, "
-                "else back to back; samples of requests lasting about 0.2 s, alternated with eager's)")
-    if scenario == "single-stream":
-        return f"single-stream (one request per sample, at least {cfg.get('timing', {}).get('min_samples', '?')} per process)"
-    return scenario
+    """The scenario with its parameters, as the header states it (its name, when this
+    version has no such scenario)."""
+    name = cfg.get("scenario") or DEFAULT
+    known = scenarios().get(name)
+    return known.header(cfg) if known else name
 
 
 def backend_conditions(results: RunResults) -> str:
@@ -352,31 +348,6 @@ def libraries_line(results: RunResults) -> str | None:
 
 def _fmt_ms_or_dash(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
-
-
-def request_rows(results: RunResults) -> list[dict[str, Any]]:
-    """Single-stream: per cell, the backend's and the in-cell eager's per-request percentiles."""
-    rows = []
-    for cell in results.cells:
-        for side, pct in (cell.scenario.request_latency_ms or {}).items():
-            if side == REFERENCE_SIDE and cell.is_reference:
-                continue
-            rows.append({"workload": cell.label, "backend": cell.backend,
-                         "timed": "in-cell eager" if side == REFERENCE_SIDE else cell.backend, "requests": pct["n"],
-                         **{f"{name} ms": _fmt_ms_or_dash(pct[name]) for name in ("p50", "p90", "p99", "p99.9", "max")},
-                         "p99 speedup [95% CI]": _tail_speedup(cell) if side == "backend" else ""})
-    return rows
-
-
-def _tail_speedup(cell) -> str:
-    tail = cell.scenario.tail_speedup
-    return "-" if not tail else f"{tail['ratio']:.2f}x [{tail['ci'][0]:.2f}-{tail['ci'][1]:.2f}]"
-
-
-REQUEST_NOTE = ("Single-stream (MLPerf LoadGen's SingleStream): every request timed on its own, the next issued "
-                "when the last returned, eager's requests alternated with the backend's in the same workers. Each "
-                "percentile is an observed request; p99 needs 100 requests and p99.9 1000, else '-'. p99 speedup: "
-                "eager's p99 over the backend's, its interval resampled as the speedup's.")
 
 
 def _decode_side(decode: dict[str, Any]) -> dict[str, str]:
@@ -482,39 +453,9 @@ DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token
                "same workers; the cell table's latency is one generation.")
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def throughput_rows(results: RunResults) -> list[dict[str, Any]]:
-    """Offline: per cell, inferences/s with its interval, samples/s at the batch, the
-    streams and requests in flight the backend ran with, eager's inferences/s beside it;
-    with a batch sweep, a 'best batch' column marks each backend's most samples/s."""
-    rows = []
-    best = best_batch_cells(results)
-    for cell in results.cells:
-        tp = cell.scenario.throughput
-        if not tp:
-            continue
-        ci = tp.get("ci") or [None, None]
-        threads = tp.get("threads_per_stream")
-        rows.append({"workload": cell.label, "backend": cell.backend, "batch": tp.get("batch") or "-",
-                     "inferences/s": _rate(tp.get("per_s")), "95% CI": f"{_rate(ci[0])}-{_rate(ci[1])}",
-                     "samples/s": _rate(tp.get("samples_per_s")), "streams": tp.get("streams"),
-                     "in flight": tp.get("requests_in_flight"), "threads/stream": threads or "-",
-                     "eager inferences/s": _rate((tp.get(REFERENCE_SIDE) or {}).get("per_s")),
-                     "x eager": f"{cell.speedup:.2f}" if cell.speedup else "-", "how": tp.get("source", "")})
-        if best:
-            rows[-1]["best batch"] = "best" if id(cell) in best else ""
-    return rows
-
-
-THROUGHPUT_NOTE = ("Offline (MLPerf's Offline): each sample issues enough requests to last about 0.2 s through the "
-                   "backend's own stream pool and ends when all completed; inferences/s = 1000 / the median ms per "
-                   "inference (the main table's latency in this scenario), its 95% interval resampled as the "
-                   "speedup's. Eager runs back to back on all threads, alternated in the same workers, so "
-                   "'x eager' is the throughput ratio. samples/s = inferences/s x the batch. A backend without a "
-                   "multi-stream mode in dlcompare runs back to back (streams 1, said in 'how').")
+def scenario_sections(results: RunResults) -> list[ReportSection]:
+    """Every scenario's report sections that have rows, in the scenarios' order."""
+    return [section for each in scenarios().values() for section in each.sections(results) if section.rows]
 
 
 def summary_markdown(results: RunResults) -> str:
@@ -552,24 +493,14 @@ def summary_markdown(results: RunResults) -> str:
                   "Over one common set of workloads per batch and dtype: those where every backend ran and "
                   "agreed with the reference. Cells outside it (failed, unavailable, disagreeing, or another "
                   "backend's failure) are listed."]
-    requests = request_rows(results)
-    if requests:
-        lines += ["", "## Per-request latency (single-stream)", "", pd.DataFrame(requests).to_markdown(index=False),
-                  "", REQUEST_NOTE]
+    for section in scenario_sections(results):
+        lines += ["", f"## {section.title}", "", pd.DataFrame(section.rows).to_markdown(index=False),
+                  *(["", section.note] if section.note else [])]
     decodes = decode_rows(results)
     if decodes:
         lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
     lines += decode_failure_markdown(results)
-    throughput = throughput_rows(results)
-    if throughput:
-        lines += ["", "## Throughput (offline)", "", pd.DataFrame(throughput).to_markdown(index=False),
-                  "", THROUGHPUT_NOTE]
-    best_batches = best_batch_rows(results)
-    if best_batches:
-        lines += ["", "## Best batch (offline)", "", pd.DataFrame(best_batches).to_markdown(index=False),
-                  "", BEST_BATCH_NOTE]
     lines += int8_markdown(results)
-    lines += server_markdown(results)
     lines += explain_markdown(results)
     lines += crosscheck_markdown(results)
     issues = problems(results)
@@ -626,13 +557,9 @@ def rich_geomean_table(results: RunResults):
 
 
 def rich_extra_tables(results: RunResults) -> list:
-    """The tables printed below the cells: geometric means, per-request latency, decode,
-    throughput, server."""
-    geo, requests, decodes = rich_geomean_table(results), request_rows(results), decode_rows(results)
-    throughput, served, best = throughput_rows(results), server_rows(results), best_batch_rows(results)
-    return ([geo] if geo is not None else []) + (
-        [_rich_rows_table("per-request latency (single-stream)", requests)] if requests else []) + (
-        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else []) + (
-        [_rich_rows_table("throughput (offline)", throughput)] if throughput else []) + (
-        [_rich_rows_table("best batch (offline): the most samples/s per backend", best)] if best else []) + (
-        [_rich_rows_table("server (LoadGen): highest QPS within the p99 bound", served)] if served else [])
+    """The tables printed below the cells: geometric means, each scenario's, decode."""
+    geo, decodes = rich_geomean_table(results), decode_rows(results)
+    return ([geo] if geo is not None else []) + [
+        _rich_rows_table(section.rich_title or section.title.lower(), section.rows)
+        for section in scenario_sections(results)] + (
+        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else [])

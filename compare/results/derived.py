@@ -20,9 +20,8 @@ from compare.measure.stats import (
     process_speedups,
     request_percentiles,
     speedup_and_break_even,
-    tail_speedup,
-    throughput_interval,
 )
+from compare.results import extensions
 from compare.results.roles import REFERENCE_BACKEND, REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults
 
@@ -102,18 +101,6 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
         cell.costs.break_even_note = None
 
 
-def fill_request_latency(cell: Cell) -> None:
-    """Single-stream: each sample is one request, so its samples are the request latencies;
-    the p99 ratio gets an interval as the speedup does."""
-    pairs = {"backend": cell.latency, REFERENCE_SIDE: cell.eager_latency}
-    if all(stats is not None and stats.number == 1 for stats in pairs.values()):
-        cell.scenario.request_latency_ms = {name: request_percentiles(stats.samples) for name, stats in pairs.items()
-                                   if stats is not None}
-        if not cell.is_reference and cell.scenario.tail_speedup is None and cell.latency and cell.eager_latency:
-            block = interval_block(cell)
-            cell.scenario.tail_speedup = tail_speedup(cell.eager_latency, cell.latency, cell.spread.process_samples, block)
-
-
 def bench_rates(parts: dict[str, list[float]], decode: dict[str, Any]) -> dict[str, list[float]]:
     """llama-bench's two rates per timed generation: ``pp``, prompt tokens per second of
     its prefill (time to first token), and ``tg``, tokens per second of its decode steps
@@ -173,25 +160,6 @@ def fill_decode(cell: Cell) -> None:
             decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.spread.process_samples)
 
 
-def fill_throughput(cell: Cell) -> None:
-    """Offline: each sample is milliseconds per inference while the stream pool is kept
-    full, so 1000 / its median is inferences/s (times the batch: samples/s). The backend's
-    and the in-cell eager's, with the stream settings each ran with (``info.offline``)."""
-    offline = cell.conditions.info.get("offline")
-    if not offline or cell.latency is None or cell.eager_latency is None:
-        return
-    batch = offline.get("batch")
-    block = interval_block(cell)
-
-    def side(stats, setting: dict) -> dict:
-        per_s = 1e3 / stats.median
-        return {"per_s": per_s, "ci": throughput_interval(stats, cell.spread.process_samples, block),
-                "samples_per_s": per_s * batch if batch else None, **setting}
-
-    eager = side(cell.eager_latency, offline.get(REFERENCE_SIDE) or offline["backend"])
-    cell.scenario.throughput = {"batch": batch, **side(cell.latency, offline["backend"]), REFERENCE_SIDE: eager}
-
-
 def fill_speedup_vs_fp32(cell: Cell) -> None:
     """An int8 cell against fp32 eager timed in the same rounds: the speedup, its interval
     (resampled as the speedup's), and the calls after which compile and quantization are
@@ -222,14 +190,12 @@ def fill_derived(results: RunResults) -> None:
                   and c.latency and c.eager_latency}
     ceilings = results.experiments.get("roofline_ceilings")
     correlation_s = correlation_seconds(results)
-    per_request = (results.config.get("timing") or {}).get("per_request", False)
     for cell in results.cells:
         if cell.status != "ok" or cell.latency is None:
             continue
         fill_speedup(cell, correlation_s)
-        if per_request:
-            fill_request_latency(cell)
-        fill_throughput(cell)
+        for fill_scenario_figures in extensions.cell_figures():
+            fill_scenario_figures(cell, results.config)
         fill_speedup_vs_fp32(cell)
         fill_decode(cell)
         cell.spread.eager_only_ms = eager_only.get(cell.label)

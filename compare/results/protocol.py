@@ -119,6 +119,7 @@ class CellSpec:
     work_dir: str | None = None  # the worker's own folder (set when it is started)
     dynamic: DynamicSpec | None = None  # the dynamic-shape experiment instead of a cell
     server: ServerConfig | None = None  # --scenario server: LoadGen's search after timing (the first process)
+    scenario: str = "back-to-back"  # how calls are issued (--scenario: compare.scenarios)
     prompt_len: int | None = None  # decode workloads: --prompt-len (None: the workload's own)
     gen_len: int | None = None  # decode workloads: --gen-len
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.measure.latency import LatencyStats, RecordError
+from compare.results import extensions
 from compare.results.files import atomic_write_text
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
@@ -299,17 +300,9 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         "allocator": cell.conditions.allocator,
         "cache": cell.costs.cache,
     }
-    if cell.scenario.tail_speedup:
-        row.update({"tail_speedup_p99": cell.scenario.tail_speedup["ratio"], "tail_speedup_p99_ci_low": cell.scenario.tail_speedup["ci"][0],
-                    "tail_speedup_p99_ci_high": cell.scenario.tail_speedup["ci"][1]})
-    for side, percentiles in (cell.scenario.request_latency_ms or {}).items():
-        prefix = "request" if side == "backend" else "eager_request"
-        row.update({f"{prefix}_{name.replace('.', '_')}_ms": value for name, value in percentiles.items()
-                    if name != "n"})
+    for scenario_columns in extensions.cell_columns():
+        row.update(scenario_columns(cell))
     row.update(decode_columns(cell.scenario.decode))
-    row.update(throughput_columns(cell.scenario.throughput))
-    if cell.scenario.server is not None:
-        row.update(server_columns(cell.scenario.server))
     for phase, seconds in cell.costs.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
@@ -342,29 +335,6 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
         row.update({f"decode_{rate}_speedup": speedup.get("value"), f"decode_{rate}_speedup_lo": ci[0],
                     f"decode_{rate}_speedup_hi": ci[1]})
     return row
-
-
-def throughput_columns(throughput: dict[str, Any] | None) -> dict[str, Any]:
-    """results.csv's columns of an offline cell (none for other scenarios)."""
-    if not throughput:
-        return {}
-    ci, eager = throughput.get("ci") or [None, None], throughput.get(REFERENCE_SIDE) or {}
-    return {"throughput_per_s": throughput.get("per_s"), "throughput_ci_low": ci[0], "throughput_ci_high": ci[1],
-            "samples_per_s": throughput.get("samples_per_s"), "throughput_batch": throughput.get("batch"),
-            "streams": throughput.get("streams"), "requests_in_flight": throughput.get("requests_in_flight"),
-            "eager_throughput_per_s": eager.get("per_s")}
-
-
-def server_columns(server: dict[str, Any]) -> dict[str, Any]:
-    """--scenario server's CSV columns: the bound, each side's highest QPS within it and the
-    p99 there (LoadGen's and dlcompare's own), their ratio, and the LoadGen runs made."""
-    eager = server.get(REFERENCE_SIDE) or {}
-    return {"server_p99_bound_ms": server.get("p99_bound_ms"), "server_max_qps": server.get("max_qps"),
-            "server_p99_at_max_ms": server.get("p99_at_max_ms"),
-            "server_own_p99_at_max_ms": server.get("own_p99_at_max_ms"),
-            "server_eager_max_qps": eager.get("max_qps"), "server_eager_p99_at_max_ms": eager.get("p99_at_max_ms"),
-            "server_qps_ratio_vs_eager": server.get("qps_ratio_vs_eager"),
-            "server_loadgen_runs": len(server.get("loadgen_runs") or []) + len(eager.get("loadgen_runs") or [])}
 
 
 def cells_frame(results: RunResults):

@@ -88,7 +88,8 @@ class Int8:
 
 @dataclass
 class ScenarioFigures:
-    """What a scenario other than back-to-back measured (each key: its scenario's)."""
+    """What a scenario other than back-to-back measured (each key filled by its scenario
+    module in compare/scenarios, or by worker.decode)."""
 
     # single-stream: per-request percentiles (ms), {"backend": {p50, p90, p99, p99.9, max, n},
     # "eager": {...}}, and eager's p99 / the backend's {"q", "ratio", "ci"} (derived)
@@ -97,8 +98,8 @@ class ScenarioFigures:
     # --suite llm: greedy generation with a static KV cache (worker.decode); the cell's
     # latency is then one whole generation
     decode: dict[str, Any] | None = None
-    # offline: inferences/s with the backend's own streams, interval, samples/s, and the
-    # in-cell eager's under "eager" (derived)
+    # a throughput scenario: inferences/s with the backend's own streams, interval,
+    # samples/s, and the in-cell eager's under "eager" (derived by its scenario)
     throughput: dict[str, Any] | None = None
     # server: LoadGen's search for the highest QPS within the p99 bound (measure.loadgen)
     server: dict[str, Any] | None = None

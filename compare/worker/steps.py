@@ -33,6 +33,7 @@ from compare.measure.numerics import QUANTIZED_DTYPES, TF32, WEIGHT_ONLY, torch_
 from compare.results import protocol
 from compare.results.protocol import CellSpec
 from compare.results.roles import REFERENCE_SIDE
+from compare.scenarios import scenario
 from workloads.zoo import guard_torchvision
 
 PHASE = {"last": "start"}  # the phase this worker last announced: where a failure happened
@@ -153,8 +154,7 @@ def prepare_worker(spec: CellSpec):
 
     if spec.work_dir is None:
         raise ValueError("the cell spec has no work_dir: the parent sets it when it starts the worker")
-    if spec.server is not None:  # before torch loads: a missing LoadGen costs nothing to find
-        require_loadgen()
+    scenario(spec.scenario).before_torch(spec)
     backend = get_backend(spec.backend)
     ctx = CompileContext(
         workload_name=spec.workload,
@@ -167,7 +167,7 @@ def prepare_worker(spec: CellSpec):
         store_root=Path(spec.store_root) if spec.store_root else None,
         options=backend.typed_options(spec.options),
         seed=spec.seed,
-        scenario=scenario_of(spec),
+        scenario=spec.scenario,
         tf32=spec.dtype == TF32,
         on_phase=lambda name: emit(phase=name),
     )
@@ -206,13 +206,6 @@ def refuse_tf32(spec: CellSpec, backend) -> None:
         from adapters import BackendUnavailable
 
         raise BackendUnavailable(f"{spec.backend} has no TF32 math mode: its fp32 cell is what it runs")
-
-
-def scenario_of(spec: CellSpec) -> str:
-    """The run's --scenario, as the spec's timing carries it (the adapter may compile for it)."""
-    if spec.timing.offline:
-        return "offline"
-    return "single-stream" if spec.timing.per_request else "back-to-back"
 
 
 def cast_floating(tensor, dtype):
@@ -478,10 +471,11 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
     """Eager and the backend alternately in this process (eager alone in eager's own cell),
     in one go, or in slices the parent asks for (``spec.interleave``). An int8 cell also
     times fp32 eager in the same rounds (``fp32_eager_latency``): its speedup over fp32
-    eager comes from the same alternated pairs as the one over int8 eager. Offline, each
-    side is timed through a stream pool (``offline_timed``); what each pool ran with is
-    returned as ``offline``, by side."""
+    eager comes from the same alternated pairs as the one over int8 eager. The run's
+    scenario says what is timed of each side (``Scenario.timed_sides``); what each side
+    ran with is returned as ``scenario_sides``."""
     from adapters.eager import TorchCompiled
+    from compare.measure.timing import AlternatingSampler
 
     def eager_side(model):
         eager = TorchCompiled(model, spec.device)
@@ -493,7 +487,8 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
         sides = {"fp32_eager": eager_side(setup.fp32_model), **sides}
     if not spec.is_reference:
         sides = {REFERENCE_SIDE: eager_side(setup.reference_model), **sides}
-    sampler, offline = _sampler(sides, spec)
+    candidates, recorded = scenario(spec.scenario).timed_sides(sides, spec)
+    sampler = AlternatingSampler(candidates, spec.timing)
     if spec.interleave:
         take_slices(sampler)
     else:
@@ -501,90 +496,7 @@ def time_against_eager(compiled, prepared, setup: CellSetup, spec: CellSpec) -> 
             sampler.take_rounds(1)
     stats = dict(zip(sides, sampler.stats()))
     return {"latency": stats["backend"], "eager_latency": stats.get(REFERENCE_SIDE, stats["backend"]),
-            "fp32_eager_latency": stats.get("fp32_eager"), "round_s": sampler.round_s(), "offline": offline}
-
-
-def _sampler(sides: dict[str, tuple[Any, Any]], spec: CellSpec):
-    """The alternating sampler over each side's calls (offline: its stream pool's), and the
-    stream settings each side ran with (None unless offline)."""
-    from compare.measure.timing import AlternatingSampler, Timed
-
-    if not spec.timing.offline:
-        candidates = [Timed(c.run, p, c.synchronize) for c, p in sides.values()]
-        return AlternatingSampler(candidates, spec.timing), None
-    timed, settings = {}, {}
-    for name, (c, p) in sides.items():
-        timed[name], settings[name] = offline_timed(c, p, own=name == "backend" and not spec.is_reference,
-                                                    spec=spec)
-    return AlternatingSampler(list(timed.values()), spec.timing), settings
-
-
-def offline_timed(compiled, prepared, own: bool, spec: CellSpec):
-    """Offline: the backend's own stream pool (``own``; eager's side never has one), else
-    its requests back to back on all threads, as a ``Timed`` of enough requests per call
-    to last about ``OFFLINE_SAMPLE_S``, with the pool's settings as recorded."""
-    import dataclasses as dc
-
-    from adapters.base import BackToBackPool
-    from compare.measure.timing import Timed
-
-    pool = compiled.stream_pool(prepared) if own else None
-    if pool is None:
-        why = (f"no multi-stream mode in dlcompare for {spec.backend}" if own or spec.is_reference
-               else "the eager reference: back to back on all threads")
-        pool = BackToBackPool(compiled, prepared, why, spec.threads)
-    setting = pool.setting()
-    requests = requests_per_sample(pool, setting.requests_in_flight)
-    return (Timed(pool.run_requests, requests, lambda: None, requests=requests),
-            {**dc.asdict(setting), "requests_per_sample": requests})
-
-
-def requests_per_sample(pool, in_flight: int) -> int:
-    """How many requests one offline sample issues: enough to last ``OFFLINE_SAMPLE_S``, at
-    least twice the requests in flight, a multiple of them (every stream drains as often).
-    Read from doubling batches of requests, which warm the pool up too."""
-    import math
-
-    from compare.measure.timing import OFFLINE_SAMPLE_S
-
-    count = in_flight
-    while True:
-        start = time.perf_counter()
-        pool.run_requests(count)
-        elapsed = time.perf_counter() - start
-        if elapsed >= OFFLINE_SAMPLE_S / 4:
-            break
-        count *= 2
-    wanted = max(2 * in_flight, math.ceil(OFFLINE_SAMPLE_S * count / max(elapsed, 1e-9)))
-    return math.ceil(wanted / in_flight) * in_flight
-
-
-def serve_under_loadgen(compiled, prepared, setup: CellSetup, spec: CellSpec, timed: dict[str, Any]
-                        ) -> dict[str, Any] | None:
-    """--scenario server (the cell's first process): LoadGen's Server scenario against the
-    compiled call and, in the same worker, eager (compare.measure.loadgen), after timing.
-    Each side's search starts from its back-to-back median just timed."""
-    if spec.server is None or spec.process_index != 0:
-        return None
-    from adapters.eager import TorchCompiled
-    from compare.measure.loadgen import Served, measure_server
-
-    def served(name: str, run, arg, sync, median_ms: float) -> Served:
-        def call() -> None:
-            run(arg)
-            sync()
-        return Served(name, call, median_ms)
-
-    emit(phase="server")
-    eager_ms = timed["eager_latency"].median
-    sides = [served(spec.backend if spec.is_reference else "backend", compiled.run, prepared,
-                    compiled.synchronize, timed["latency"].median)]
-    if not spec.is_reference:
-        eager = TorchCompiled(setup.reference_model, spec.device)
-        sides.append(served(REFERENCE_SIDE, eager.run, eager.prepare(setup.inputs), eager.synchronize, eager_ms))
-    out_dir = Path(spec.work_dir or ".") / "loadgen"
-    return measure_server(sides, eager_ms, spec.server, out_dir,
-                          on_run=lambda side, run: emit(phase=f"server {side} {run['target_qps']:.4g} qps"))
+            "fp32_eager_latency": stats.get("fp32_eager"), "round_s": sampler.round_s(), "scenario_sides": recorded}
 
 
 def await_compile() -> None:
@@ -693,18 +605,6 @@ def crosscheck_cell(compiled, prepared, median_ms: float, spec: CellSpec) -> dic
     return found if "unavailable" in found else {**found, "ratio": found["median_ms"] / median_ms}
 
 
-def require_loadgen() -> None:
-    """--scenario server without LoadGen installed: the cell is unavailable with the install
-    hint, before anything is built or compiled."""
-    from adapters import BackendUnavailable
-    from compare.measure.loadgen import LoadgenMissing, loadgen_module
-
-    try:
-        loadgen_module()
-    except LoadgenMissing as exc:
-        raise BackendUnavailable(str(exc)) from None
-
-
 def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
     """Run one cell; returns what it measured (the protocol's answer)."""
     process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
@@ -737,10 +637,9 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     numerics = {**check_numerics(compiled, setup, outputs, spec), **count_cell_work(setup, spec)}
     emit(phase="timing")
     timed = time_against_eager(compiled, prepared, setup, spec)
-    offline = timed.pop("offline")
-    if offline:  # at the workload's batch: samples/s is inferences/s times it
-        offline = {"batch": setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch, **offline}
-    server = serve_under_loadgen(compiled, prepared, setup, spec, timed)
+    batch = setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch
+    scenario_info = scenario(spec.scenario).cell_info(timed.pop("scenario_sides"), batch)
+    scenario_figures = scenario(spec.scenario).after_timing(compiled, prepared, setup, spec, timed, emit)
     profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
     crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
     libraries = gemm_libraries(compiled, prepared, setup, spec)
@@ -768,9 +667,9 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         profile=profile,
         crosscheck=crosscheck,
         gemm_library=libraries,
-        server=server,
+        **scenario_figures,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
-        info={**cell_info(result), "thread_pinning": pinning, **({"offline": offline} if offline else {})},
+        info={**cell_info(result), "thread_pinning": pinning, **scenario_info},
     )
 
 

@@ -1,0 +1,74 @@
+"""Scenarios, one module each, behind the interface in ``compare.scenarios.base``.
+
+A scenario is found, not listed, as backends are (``adapters``): every module of this
+package that defines a ``Scenario`` subclass with a ``name`` brings it, and another
+installed package can add one through the ``dlcompare.scenarios`` entry-point group
+(``name = "package.module:Class"``). The command line,
+the worker, the records and the reports loop over ``scenarios()``; none names one.
+Importing this package also registers each scenario's derived figures and CSV columns
+with the records (``compare.results.extensions``), which cannot import it."""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import inspect
+import pkgutil
+
+from compare.results import extensions
+
+from .base import Panels, ReportSection, Scenario
+
+__all__ = ["DEFAULT", "Panels", "ReportSection", "Scenario", "scenario", "scenario_names", "scenarios"]
+
+DEFAULT = "back-to-back"  # the scenario of a run, or of a record, that names none
+ENTRY_POINT_GROUP = "dlcompare.scenarios"
+
+
+def _builtin() -> list[type[Scenario]]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(cls, Scenario) and cls.name and cls.__module__ == module.__name__]
+    return found
+
+
+def _installed() -> list[type[Scenario]]:
+    found = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        cls = entry.load()
+        if not (inspect.isclass(cls) and issubclass(cls, Scenario) and cls.name):
+            raise TypeError(f"entry point {entry.value!r} in {ENTRY_POINT_GROUP} is not a named Scenario class")
+        found.append(cls)
+    return found
+
+
+@functools.cache
+def scenarios() -> dict[str, Scenario]:
+    """Every scenario by name, in the order of ``Scenario.rank``."""
+    classes = {cls.name: cls for cls in _builtin()}
+    for cls in _installed():
+        classes.setdefault(cls.name, cls)  # a built-in name is never replaced
+    found = sorted((cls() for cls in classes.values()), key=lambda s: (s.rank, s.name))
+    return {s.name: s for s in found}
+
+
+def scenario_names() -> list[str]:
+    return list(scenarios())
+
+
+def scenario(name: str | None) -> Scenario:
+    """The scenario called ``name`` (the default one for None)."""
+    try:
+        return scenarios()[name or DEFAULT]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r} (known: {', '.join(scenarios())})") from None
+
+
+def _register() -> None:
+    for each in scenarios().values():
+        extensions.register(figures=each.derive, columns=each.csv_columns)
+
+
+_register()
