@@ -39,7 +39,7 @@ def _wait_for_cells(out: Path, count: int, timeout: float = 180) -> dict:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            data = json.loads((out / "results.json").read_text())
+            data = load_results(out)  # its cells flat, as every read here
             if len(data["cells"]) >= count:
                 return data
         except (OSError, ValueError):

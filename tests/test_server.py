@@ -151,7 +151,7 @@ def test_the_worker_searches_the_backend_and_eager_alternately(monkeypatch, tmp_
     monkeypatch.setattr(adapters, "get_backend", lambda name: PlainBackend())
     spec = tiny_spec("plain", tmp_path, threads=1, scenario="server", server=TINY_SERVER)
     cell = CellMeasurement.from_json(worker.measure_cell(spec).to_json())
-    server = cell.scenario.server
+    server = cell.server
     assert server is not None and server["loadgen_version"] and server["p99_bound_ms"] == 1000.0
     for side in (server, server["eager"]):
         runs = side["loadgen_runs"]
