@@ -99,7 +99,7 @@ def test_default_schedules_off_keeps_the_naked_build_and_says_so(last_token):
     target, _ = _TvmBase.host_target(2)
     with target:
         naked = relax.pipeline.zero_pipeline()(_relax(module, inputs, canonicalize=True))
-    for option, left in (("off", unscheduled(naked)), ("on", [])):
+    for option, left in (("off", unscheduled(naked)), ("dlight", []), ("on", [])):
         ctx = SimpleNamespace(options=TvmOptions(tvm_default_schedules=option), info={})
         built = _TvmBase.cpu_default_schedules(naked, target, ctx)
         assert ctx.info["unscheduled_functions"] == left == unscheduled(built)

@@ -129,8 +129,9 @@ class TvmOptions(BackendOptions):
         f"whichever comes first (default {DEFAULT_TUNE_MINUTES:g})", flag="tvm-tune-minutes", kind="positive_float",
         metavar="M")
     tvm_default_schedules: str = option(
-        "on", "give every TVM kernel without a tuning record dlight's CPU schedule or a parallel-and-vectorize "
-        "fallback (default on; off: the naked loop nests)", flag="tvm-default-schedules", choices=("on", "off"))
+        "on", "give every TVM kernel without a tuning record a default CPU schedule: a register-tiled matmul, "
+        "dlight's CPU rules or a parallel-and-vectorize fallback (default on; dlight: without the matmul rule, "
+        "as before it; off: the naked loop nests)", flag="tvm-default-schedules", choices=("on", "dlight", "off"))
     tvm_fast_math: str = option(
         "on", "TVM's fast_erf for GELU and FastMathTransform: exp, tanh, erf, softmax and GELU as vectorizable "
         "approximations instead of scalar libm calls (default on; off: exact)", flag="tvm-fast-math",
@@ -199,8 +200,10 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
         return {"frontend": "relax.frontend.torch.from_exported_program", "weights": "bound as constants",
                 "target": "cuda" if ctx.device == "cuda" else "llvm, mcpu = host (llvm_get_system_cpu)",
                 "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"),
-                "default_schedules": ("dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback"
-                                      if default_schedules_on(ctx) else "off (naked loop nests)"),
+                "default_schedules": {"on": "register-tiled CpuMatmul (8 rows x 2 vectors, packed B strip), then "
+                                            "dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
+                                      "dlight": "dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
+                                      "off": "off (naked loop nests)"}[ctx.options.tvm_default_schedules],
                 "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)"
                          if fast_math_on(ctx) and ctx.device != "cuda" else "exact (libm calls)"),
                 "negative_index_fix": ctx.options.tvm_negative_index_fix}
@@ -273,14 +276,16 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
 
     @staticmethod
     def cpu_default_schedules(mod, target, ctx: CompileContext):
-        """dlight's CPU rules and a parallel-and-vectorize fallback for every function
+        """A register-tiled matmul rule, dlight's CPU rules and a parallel-and-vectorize fallback
+        (adapters/tvm/schedules.py) for every function
         without a schedule; the cell records which functions were left unscheduled and
-        which got a default schedule (``--tvm-default-schedules off`` keeps the naked build)."""
+        which got a default schedule (``--tvm-default-schedules off`` keeps the naked build,
+        ``dlight`` leaves the matmul rule out)."""
         from .schedules import default_cpu_schedules, unscheduled
 
         before = unscheduled(mod)
         if default_schedules_on(ctx):
-            mod = default_cpu_schedules(mod, target)
+            mod = default_cpu_schedules(mod, target, matmul=ctx.options.tvm_default_schedules == "on")
         after = unscheduled(mod)
         ctx.info["default_scheduled"] = sorted(set(before) - set(after))
         ctx.info["unscheduled_functions"] = after  # > 0: single-threaded scalar loops; the table says so

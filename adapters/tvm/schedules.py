@@ -2,9 +2,21 @@
 
 TVM 0.27's CPU pipeline gives a PrimFunc no schedule at all: without a tuning record
 it runs single-threaded and scalar. ``default_cpu_schedules`` applies, to every
-PrimFunc not yet scheduled (``tirx.is_scheduled``), TVM's own ``dlight.cpu`` rules
-(GEMV, Reduction) and then ``CpuFallback``, a minimal parallel-and-vectorize rule
-for everything else. ``unscheduled`` lists what is left without any schedule.
+PrimFunc not yet scheduled (``tirx.is_scheduled``), first ``CpuMatmul``, then TVM's own
+``dlight.cpu`` rules (GEMV, Reduction), then ``CpuFallback``, a minimal
+parallel-and-vectorize rule for everything else. ``unscheduled`` lists what is left
+without any schedule.
+
+``CpuMatmul`` exists because TVM 0.27 has no CPU matmul rule (dlight's ``Matmul`` is
+GPU-only; topi's x86 dense schedules are gone): the fallback ran ``matmul`` /
+``NT_matmul`` with the reduction innermost and no tiling, 50-100x slower than a tiled
+kernel on BERT-base shapes (issue #44). It takes a block ``C[S, I, J] += A[S, I, K] *
+B[S, J, K]`` (any operand layout, batched or not, plain iterator indices: not a
+convolution) and gives it an 8-row x 2-vector register tile, a local accumulator, a
+packed ``K x tile`` strip of B per parallel task (columns padded to whole tiles when
+no tile divides them, e.g. ViT's 197 tokens), the fused epilogue (bias, activation) in
+the tile's write-back; anything it refuses goes on to the next rule. Convolutions
+(implicit GEMM) still get the fallback.
 """
 from __future__ import annotations
 
@@ -75,14 +87,237 @@ def _parallel_vectorize(sch, block, kinds: str, lanes: int) -> None:
         sch.vectorize(inner)
 
 
-def default_cpu_schedules(mod: Any, target: Any) -> Any:
-    """dlight's CPU rules, then the fallback, on every PrimFunc without a schedule."""
+def _matmul_rule():
+    """``CpuMatmul``, built lazily like the fallback (it subclasses TVM types)."""
+    from tvm import tirx
+    from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
+    from tvm.target.codegen import llvm_get_vector_width
+
+    class CpuMatmul(CPUScheduleRule):
+        """Register-tiled GEMM for ``C[S, I, J] += A[S, I, K] * B[S, J, K]`` blocks
+        (``matmul``, ``NT_matmul``, batched, with fused producers and epilogues): see
+        ``_schedule_matmul``. Anything else, or any refused primitive, returns None so
+        that the next rule applies."""
+
+        def apply(self, func, target, _tunable):
+            if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+                return None
+            try:
+                return _schedule_matmul(func, llvm_get_vector_width(target))
+            except Exception:  # noqa: BLE001 - tvm raises its own error types
+                return None
+
+    return CpuMatmul()
+
+
+MATMUL_TILE_ROWS = 8  # rows of the register tile (unrolled)
+MATMUL_TILE_VECTORS = 2  # vectors of the register tile's columns: 8 x 2 zmm accumulators on AVX-512
+
+
+def _pure_accesses(block) -> bool:
+    """Every buffer index is a block iterator or a constant (plain (batch) matmuls, not a
+    convolution's ``y + ry`` windows, whose implicit GEMM this rule does not attempt)."""
+    from tvm import tirx
+
+    for region in (*block.reads, *block.writes):
+        for r in region.region:
+            if not (isinstance(r.extent, tirx.IntImm) and r.extent.value == 1):
+                return False
+            if not isinstance(r.min, (tirx.Var, tirx.IntImm)):
+                return False
+    return True
+
+
+def _schedule_matmul(func, vector_bits: int, tile_rows: int = MATMUL_TILE_ROWS,
+                     tile_vectors: int = MATMUL_TILE_VECTORS, pack: bool = True):
+    """Schedule the one GEMM block of ``func``, or return None when it has none.
+
+    Loop nest: ``parallel(S, J / tj)`` - pack the ``K x tj`` strip of B contiguously -
+    ``I / ti`` - zero a ``ti x tj`` local accumulator - ``k`` - ``ti`` (unrolled) - ``tj``
+    (vectorized) - then write the tile back through the fused epilogue (bias, activation),
+    vectorized. The strip is reused by every row tile; the accumulator stays in registers.
+    """
+    from tvm import DataType, s_tir, tirx
+    from tvm.s_tir.dlight.analysis import get_root_block
+    from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_index_map, get_reduction_blocks
+
+    sch = s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(get_root_block(sch))
+    mains = get_reduction_blocks(sch, blocks)
+    if not mains:
+        return None
+    main = mains[0]
+    # Spatial producers (a transpose, a cast, a broadcast) go into the GEMM block.
+    _inline_producers(sch, main)
+    stmt = sch.get(main)
+    if not _pure_accesses(stmt):
+        return None
+    traits, maps = detect_iter_traits(stmt), get_index_map(stmt)
+    if traits is None or maps is None:
+        return None
+    c_traits = traits[2]
+    # The vectorized axis is the output's innermost one: J (an axis of reads[1]) or I (of reads[0]).
+    if not c_traits or c_traits[-1].kind not in (IterKind.kIter_I, IterKind.kIter_J):
+        return None
+    vec_is_j = c_traits[-1].kind == IterKind.kIter_J
+    out_dtype = stmt.writes[0].source.dtype
+    if not str(out_dtype).startswith(("float", "bfloat")):
+        return None
+    lanes = max(1, vector_bits // DataType(out_dtype).bits)
+    sch.transform_block_layout(main, maps[0])  # loops: S, I, J, K (each fused; extent 1 if absent)
+    s, i, j, k = sch.get_loops(main)
+    if not vec_is_j:
+        i, j = j, i
+    b_idx = 1 if vec_is_j else 0  # the operand that the vector axis indexes
+    j_extent = sch.get(j).extent
+    if not isinstance(j_extent, tirx.IntImm):
+        return None
+    tile_cols = next((t for t in (lanes * tile_vectors, lanes, lanes // 2, lanes // 4)
+                      if t >= 4 and j_extent.value % t == 0), None)
+    padded = tile_cols is None
+    if padded:  # (ViT's 197 tokens) pad J to whole tiles: B's packed strip and the accumulator
+        tile_cols = lanes * tile_vectors if j_extent.value >= 4 * lanes * tile_vectors else lanes
+        sch.pad_einsum(main, [1, 1, tile_cols, 1] if vec_is_j else [1, tile_cols, 1, 1])
+        s, i, j, k = sch.get_loops(main)
+        if not vec_is_j:
+            i, j = j, i
+    i_extent = sch.get(i).extent
+    rows = tile_rows if not isinstance(i_extent, tirx.IntImm) else max(1, min(tile_rows, i_extent.value))
+    # Local accumulator, and the epilogue (bias add, activation) fused into its write-back.
+    writeback = sch.cache_write(main, 0, "local")
+    # pad_einsum's consumer copies the valid part of the padded tile out: the epilogue goes into
+    # that copy (reverse-inlining the copy itself would drop its bound and write past the output)
+    unpad = sch.get_consumers(writeback)[0] if padded else None
+    _inline_consumers(sch, unpad if padded else writeback)
+    io, ii = sch.split(i, factors=[None, rows])
+    jo, ji = sch.split(j, factors=[None, tile_cols])
+    sch.reorder(s, jo, io, k, ii, ji)
+    outer = sch.fuse(s, jo)
+    sch.reverse_compute_at(writeback, io, preserve_unit_loops=True)
+    if padded:
+        sch.reverse_compute_at(unpad, io, preserve_unit_loops=True)
+    if pack or padded:
+        # the padded copy of B (pad_einsum's producer) is the packed strip when there is one
+        packed = _producer_of(sch, main, b_idx) if padded else sch.cache_read(main, b_idx, "global")
+        sch.compute_at(packed, outer, preserve_unit_loops=True)
+        _pack_layout(sch, main, b_idx)
+        _vectorize_innermost(sch, packed, lanes)
+    sch.parallel(outer)
+    sch.unroll(ii)
+    sch.vectorize(ji)
+    init = sch.decompose_reduction(main, k)
+    _vectorize_innermost(sch, init, lanes)
+    _vectorize_innermost(sch, writeback, lanes)
+    _schedule_rest(sch, lanes)
+    return sch
+
+
+def _schedule_rest(sch, lanes: int) -> None:
+    """Parallelize and vectorize, as the fallback does, any block still at the root (a producer
+    or epilogue that would not inline): left alone it would run serial and scalar."""
+    from tvm import tirx
+    from tvm.s_tir.dlight.analysis import get_root_block
+
+    for block in sch.get_child_blocks(get_root_block(sch)):
+        loops = sch.get_loops(block)
+        if not loops or sch.get(loops[0]).kind == tirx.ForKind.PARALLEL:
+            continue
+        kinds = "".join({tirx.IterVar.DataPar: "S", tirx.IterVar.CommReduce: "R"}.get(iv.iter_type, "O")
+                        for iv in sch.get(block).iter_vars)
+        try:
+            _parallel_vectorize(sch, block, kinds, lanes)
+        except Exception:  # noqa: BLE001 - a refused primitive leaves the block as it is
+            continue
+
+
+def _producer_of(sch, block, read_index: int):
+    buffer = sch.get(block).reads[read_index].source
+    for producer in sch.get_producers(block):
+        if any(w.source.same_as(buffer) for w in sch.get(producer).writes):
+            return producer
+    raise ValueError("no producer block for the padded operand")
+
+
+def _inline_producers(sch, block) -> None:
+    for producer in sch.get_producers(block):
+        try:
+            sch.compute_inline(producer)
+        except Exception:  # noqa: BLE001 - not inlinable: left as its own loop nest
+            continue
+
+
+def _inline_consumers(sch, block) -> None:
+    """Reverse-inline the chain of elementwise consumers into ``block``: only those that
+    cover its whole domain (a slice would be written over ``block``'s domain, out of bounds)."""
+    progress = True
+    while progress:
+        progress = False
+        for consumer in sch.get_consumers(block):
+            if not _same_domain(sch, block, consumer):
+                continue
+            try:
+                sch.reverse_compute_inline(consumer)
+                progress = True
+            except Exception:  # noqa: BLE001 - e.g. a reduction: the fallback schedules it
+                continue
+
+
+def _same_domain(sch, a, b) -> bool:
+    from tvm.sym.analyzer import Analyzer
+
+    def size(block):
+        total = 1
+        for iv in sch.get(block).iter_vars:
+            total = total * iv.dom.extent
+        return total
+
+    return bool(Analyzer().can_prove_equal(size(a), size(b)))
+
+
+def _pack_layout(sch, main, b_idx: int) -> None:
+    """Lay the packed strip out as ``[.., k, j]`` when B is stored ``[.., j, k]`` (NT_matmul)."""
+    from tvm import tirx
+
+    stmt = sch.get(main)
+    indices = [r.min for r in stmt.reads[b_idx].region]
+    iters = {iv.var: iv for iv in stmt.iter_vars}
+    kinds = [None if not isinstance(x, tirx.Var) or x not in iters else iters[x].iter_type for x in indices]
+    positions = {kind: n for n, kind in enumerate(kinds) if kind is not None}
+    spatial, reduce = positions.get(tirx.IterVar.DataPar), positions.get(tirx.IterVar.CommReduce)
+    if spatial is None or reduce is None or spatial > reduce:
+        return
+    # the last spatial index var that is also the output's innermost axis is the vector axis
+    order = list(range(len(indices)))
+    order[spatial], order[reduce] = order[reduce], order[spatial]
+    sch.transform_layout(main, ("read", b_idx), lambda *idx: [idx[n] for n in order])
+
+
+def _vectorize_innermost(sch, block, lanes: int) -> None:
+    """Vectorize the innermost loop of ``block`` by ``lanes`` (split off when longer), or
+    by half that when it divides; else leave it."""
+    from tvm import tirx
+
+    loops = sch.get_loops(block)
+    extent = sch.get(loops[-1]).extent if loops else None
+    if not isinstance(extent, tirx.IntImm) or extent.value < 2:
+        return
+    for width in (lanes, lanes // 2):
+        if width > 1 and extent.value % width == 0:
+            inner = loops[-1] if extent.value == width else sch.split(loops[-1], factors=[None, width])[1]
+            sch.vectorize(inner)
+            return
+
+
+def default_cpu_schedules(mod: Any, target: Any, matmul: bool = True) -> Any:
+    """The matmul rule (``matmul``), dlight's CPU rules, then the fallback, on every PrimFunc
+    without a schedule."""
     from tvm.s_tir import dlight as dl
 
     # ApplyDefaultSchedule edits the module it is given: schedule a copy.
     mod = type(mod)(dict(mod.functions_items()), attrs=mod.attrs, global_infos=mod.global_infos)
     with target:
-        return dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction(), _fallback_rule())(mod)
+        rules = [_matmul_rule()] if matmul else []
+        return dl.ApplyDefaultSchedule(*rules, dl.cpu.GEMV(), dl.cpu.Reduction(), _fallback_rule())(mod)
 
 
 def unscheduled(mod: Any) -> list[str]:
