@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
-import inspect
-import pkgutil
 from typing import Any
 
 from .base import (
@@ -25,6 +22,7 @@ from .base import (
     CompileResult,
     flatten_outputs,
 )
+from .plugins import named_classes
 
 __all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "CommandUsage", "Compiled",
            "CompileContext", "CompileResult", "backend_classes", "backend_names", "backend_subcommands",
@@ -33,39 +31,18 @@ __all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "C
 ENTRY_POINT_GROUP = "dlcompare.backends"
 
 
-def _builtin() -> list[type[Backend]]:
-    # Adapter modules import their compiler only inside methods, so importing every one
-    # never pays for (or fails on) a missing package.
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if issubclass(cls, Backend) and cls.name and _defined_in(cls, module.__name__, info.ispkg)]
-    return found
-
-
 def _defined_in(cls: type, module: str, package: bool) -> bool:
     """In that module, or in a backend package's own modules (adapters/tvm/): a backend
     imported from elsewhere is found where it is defined, once."""
     return cls.__module__ == module or (package and cls.__module__.startswith(module + "."))
 
 
-def _installed() -> list[type[Backend]]:
-    found = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cls = entry.load()
-        if not (inspect.isclass(cls) and issubclass(cls, Backend) and cls.name):
-            raise TypeError(f"entry point {entry.value!r} in {ENTRY_POINT_GROUP} is not a named Backend class")
-        found.append(cls)
-    return found
-
-
 @functools.cache
 def backend_classes() -> dict[str, type[Backend]]:
     """Every backend by name, eager first, then in the order of ``Backend.rank``."""
-    classes = {cls.name: cls for cls in _builtin()}
-    for cls in _installed():
-        classes.setdefault(cls.name, cls)  # a built-in name is never replaced
+    # Adapter modules import their compiler only inside methods, so importing every one
+    # never pays for (or fails on) a missing package.
+    classes = named_classes(__path__, __name__, Backend, ENTRY_POINT_GROUP, _defined_in)
     return dict(sorted(classes.items(), key=lambda item: (item[1].rank, item[0])))
 
 

@@ -10,11 +10,8 @@ with the records (``compare.results.extensions``), which cannot import it."""
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.metadata
-import inspect
-import pkgutil
 
+from adapters.plugins import named_classes
 from compare.results import extensions
 
 from .base import Panels, ReportSection, Scenario
@@ -25,31 +22,10 @@ DEFAULT = "back-to-back"  # the scenario of a run, or of a record, that names no
 ENTRY_POINT_GROUP = "dlcompare.scenarios"
 
 
-def _builtin() -> list[type[Scenario]]:
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if issubclass(cls, Scenario) and cls.name and cls.__module__ == module.__name__]
-    return found
-
-
-def _installed() -> list[type[Scenario]]:
-    found = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        cls = entry.load()
-        if not (inspect.isclass(cls) and issubclass(cls, Scenario) and cls.name):
-            raise TypeError(f"entry point {entry.value!r} in {ENTRY_POINT_GROUP} is not a named Scenario class")
-        found.append(cls)
-    return found
-
-
 @functools.cache
 def scenarios() -> dict[str, Scenario]:
     """Every scenario by name, in the order of ``Scenario.rank``."""
-    classes = {cls.name: cls for cls in _builtin()}
-    for cls in _installed():
-        classes.setdefault(cls.name, cls)  # a built-in name is never replaced
+    classes = named_classes(__path__, __name__, Scenario, ENTRY_POINT_GROUP)
     found = sorted((cls() for cls in classes.values()), key=lambda s: (s.rank, s.name))
     return {s.name: s for s in found}
 
