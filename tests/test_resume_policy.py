@@ -104,3 +104,20 @@ def test_an_option_copied_as_parsed_reaches_its_config_field_and_is_declared_onc
         assert f" {field}=" not in inspect.getsource(config.make_config), field  # not set a second time
     assert (made.timeout_s, made.seed, made.numerics_draws, made.thread_spin, made.keep_work_dirs) == (
         7.0, 3, 2, "default", True)
+
+
+def test_a_run_option_reaches_the_worker_through_its_field_of_the_same_name(tmp_path):
+    """CellSpecs.spec copies every RunConfig field that CellSpec also has, unless it derives it."""
+    from compare import cli, config
+    from compare.harness.cells import SPEC_DERIVED, CellSpecs, shared_fields
+    from workloads import builtin_workloads
+
+    args = cli.parse(["run", "--backends", "eager", "--workloads", "mlp", "--output-dir", str(tmp_path),
+                      "--seed", "5", "--numerics-draws", "3", "--calibration-batches", "2", "--explain"])
+    made = config.make_config(args)
+    spec = CellSpecs(made).spec(builtin_workloads()["mlp"], "eager")
+    assert {"seed", "numerics_draws", "calibration_batches", "explain", "threads", "scenario"} <= set(shared_fields())
+    assert not set(shared_fields()) & set(SPEC_DERIVED)
+    for name in shared_fields():
+        assert getattr(spec, name) == getattr(made, name), name
+    assert (spec.seed, spec.numerics_draws, spec.calibration_batches, spec.explain) == (5, 3, 2, True)

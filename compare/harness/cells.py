@@ -3,6 +3,8 @@
 path and its environment."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,20 @@ def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
     return key if dtype == "fp32" else f"{key}-{dtype}"
 
 
+# CellSpec fields made here from the run's config, not copied from its field of that name
+SPEC_DERIVED = ("workload_files", "timing", "cache_root", "affinity", "interleave", "server")
+
+
+@functools.cache
+def shared_fields() -> tuple[str, ...]:
+    """The CellSpec fields a cell takes from the RunConfig field of the same name, as it is:
+    a run option that reaches the worker is declared in both records and nowhere else."""
+    from compare.harness.runner import RunConfig
+
+    run = {f.name for f in dataclasses.fields(RunConfig)}
+    return tuple(f.name for f in dataclasses.fields(CellSpec) if f.name in run and f.name not in SPEC_DERIVED)
+
+
 class CellSpecs:
     """Specs, identities and log paths of the cells of one run: the one place a ``CellSpec``
     is made from the run's config."""
@@ -65,35 +81,22 @@ class CellSpecs:
         """Everything a worker needs to measure one cell. Raises for an invalid user workload."""
         cfg = self.config
         return CellSpec(
+            **{name: getattr(cfg, name) for name in shared_fields()},  # the run's value as it is
             workload=workload.name,
             workload_files=tuple(cfg.workload_files),  # resolved by make_config (files, and --model specs' paths)
             workload_key=variant_key(workload, cfg.size, batch, dtype),
-            size=cfg.size,
             batch=batch,
             dtype=dtype,
             backend=backend,
             role=role_of(backend, dtype, cfg.reference),
-            device=cfg.device,
-            threads=cfg.threads,
-            seed=cfg.seed,
             timing=TimingConfig(**cfg.timing),
-            options=cfg.options,
-            cache=cfg.cache,
             cache_root=str(Path(cfg.cache_root).resolve()),
-            memory_limit_mb=cfg.memory_limit_mb,
-            numerics_draws=cfg.numerics_draws,
-            calibration_batches=cfg.calibration_batches,
-            explain=cfg.explain,
-            crosscheck=cfg.crosscheck,
             affinity=tuple(cfg.affinity) if cfg.affinity else None,
             interleave=interleave,
             # an experiment counts no work: its record has no roofline
             count_work=dynamic is None,
             dynamic=dynamic,
             server=ServerConfig(**cfg.server) if cfg.server is not None and dynamic is None else None,
-            scenario=cfg.scenario,
-            prompt_len=cfg.prompt_len,
-            gen_len=cfg.gen_len,
         )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:
