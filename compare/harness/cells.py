@@ -4,7 +4,6 @@ path and its environment."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -49,13 +48,11 @@ def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
 SPEC_DERIVED = ("workload_files", "timing", "cache_root", "affinity", "interleave", "server")
 
 
-@functools.cache
-def shared_fields() -> tuple[str, ...]:
-    """The CellSpec fields a cell takes from the RunConfig field of the same name, as it is:
-    a run option that reaches the worker is declared in both records and nowhere else."""
-    from compare.harness.runner import RunConfig
-
-    run = {f.name for f in dataclasses.fields(RunConfig)}
+def shared_fields(config_type: type) -> tuple[str, ...]:
+    """The CellSpec fields a cell takes from the RunConfig (``config_type``) field of the
+    same name, as it is: a run option that reaches the worker is declared in both records
+    and nowhere else."""
+    run = {f.name for f in dataclasses.fields(config_type)}
     return tuple(f.name for f in dataclasses.fields(CellSpec) if f.name in run and f.name not in SPEC_DERIVED)
 
 
@@ -81,7 +78,7 @@ class CellSpecs:
         """Everything a worker needs to measure one cell. Raises for an invalid user workload."""
         cfg = self.config
         return CellSpec(
-            **{name: getattr(cfg, name) for name in shared_fields()},  # the run's value as it is
+            **{name: getattr(cfg, name) for name in shared_fields(type(cfg))},  # the run's value as it is
             workload=workload.name,
             workload_files=tuple(cfg.workload_files),  # resolved by make_config (files, and --model specs' paths)
             workload_key=variant_key(workload, cfg.size, batch, dtype),
