@@ -19,7 +19,6 @@ from compare.results.files import atomic_write_text
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
 from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
 from compare.results.sections import (
-    SECTION_STATS_FIELDS,
     SECTIONS,
     Conditions,
     Costs,
@@ -124,27 +123,19 @@ class Cell:
         where = f"cell {data['workload']}/{data['backend']}"
         if any(not isinstance(data.get(name) or {}, dict) for name in SECTIONS):
             raise ResultsError(f"{where}: a section is not an object")
-        kwargs = route_flat(flatten(data))
-        unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(cls)})
+        flat = flatten(data)
+        unknown = sorted(set(route_flat(flat)) - {f.name for f in dataclasses.fields(cls)})
         if unknown:  # a misspelt field must not quietly become None
             raise ResultsError(f"{where} has unknown field(s) {', '.join(unknown)}")
         try:
-            for stats_field in STATS_FIELDS:
-                if stats_field in SECTION_STATS_FIELDS:
-                    section = kwargs.get(SECTION_STATS_FIELDS[stats_field], {})
-                    section[stats_field] = LatencyStats.from_json(section.get(stats_field), stats_field)
-                else:
-                    kwargs[stats_field] = LatencyStats.from_json(kwargs.get(stats_field), stats_field)
+            flat.update({name: LatencyStats.from_json(flat.get(name), name) for name in STATS_FIELDS})
         except RecordError as exc:
             raise ResultsError(f"{where}: {exc}") from None
-        if kwargs["status"] not in STATUSES:
-            raise ResultsError(f"{where} has unknown status {kwargs['status']!r}")
-        if kwargs.get("role") not in (None, *ROLES):
-            raise ResultsError(f"{where} has unknown role {kwargs['role']!r}")
-        for name, section_cls in SECTIONS.items():
-            if name in kwargs:
-                kwargs[name] = section_cls(**kwargs[name])
-        return cls(**kwargs)
+        if flat["status"] not in STATUSES:
+            raise ResultsError(f"{where} has unknown status {flat['status']!r}")
+        if flat.get("role") not in (None, *ROLES):
+            raise ResultsError(f"{where} has unknown role {flat['role']!r}")
+        return cls.from_flat(**flat)
 
     @classmethod
     def from_measurement(cls, measurement: CellMeasurement, *, workload: str, backend: str, role: str, size: str,

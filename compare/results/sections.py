@@ -135,7 +135,6 @@ SECTIONS: dict[str, type] = {"numerics": Numerics, "costs": Costs, "memory": Mem
                              "conditions": Conditions}
 # a flat field's section, by its name (old files, worker measurements, tests)
 SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
-SECTION_STATS_FIELDS = {"fp32_eager_latency": "int8"}  # LatencyStats inside a section
 
 
 def route_flat(flat: dict[str, Any]) -> dict[str, Any]:
