@@ -5,7 +5,7 @@ parallel), else back to back.
 Each sample is one call of a stream pool that issues enough requests to last about
 ``OFFLINE_SAMPLE_S`` and returns when all completed, so a sample is milliseconds per
 inference at full throughput. The cell records what each side's pool ran with
-(``info.offline``); its throughput (``Cell.throughput``) is derived from those samples.
+(``info.offline``); its throughput (``cell.scenario.throughput``) is derived from those samples.
 A batch sweep (``--batch 1,8,32``) adds each backend's best batch."""
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def batch_sweeps(results: RunResults) -> dict[Group, list[Cell]]:
             groups.setdefault(_group(cell), []).append(cell)
     sweeps = {}
     for key, cells in groups.items():
-        if len({c.scenario.throughput["batch"] for c in cells if c.scenario.throughput}) >= 2:
+        if len({_batch(c) for c in cells}) >= 2:
             sweeps[key] = sorted(cells, key=lambda c: -float(_samples_per_s(c) or 0.0))
     return sweeps
 

@@ -2,7 +2,7 @@
 arrivals find the highest QPS whose p99 stays within --server-p99-ms, for the backend and
 for eager in the same worker (compare.measure.loadgen; needs dlcompare[loadgen]).
 
-The cell's first process runs the search and records it as ``Cell.server``; the report
+The cell's first process runs the search and records it as ``cell.scenario.server``; the report
 shows each cell's highest QPS within the bound beside eager's, with LoadGen's p99 and
 dlcompare's own at that QPS, and the header states the bound and the runs."""
 from __future__ import annotations

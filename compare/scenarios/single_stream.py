@@ -2,8 +2,8 @@
 the next issued when the previous one returned, with p50/p90/p99/p99.9 per request.
 
 Each sample is one request (``TimingConfig.per_request``), so a cell's samples are its
-request latencies: their percentiles (``Cell.request_latency_ms``) and eager's p99 over
-the backend's with an interval (``Cell.tail_speedup``) are derived from them."""
+request latencies: their percentiles (``cell.scenario.request_latency_ms``) and eager's p99 over
+the backend's with an interval (``cell.scenario.tail_speedup``) are derived from them."""
 from __future__ import annotations
 
 from typing import Any
