@@ -25,32 +25,41 @@ from typing import Any
 SCHEDULED_ATTR = "tirx.is_scheduled"
 
 
-def _fallback_rule():
-    """The rule class, built lazily: it subclasses TVM types, and importing this module
-    must not import TVM."""
+def _rule(name: str, schedule):
+    """A dlight CPU rule that gives a PrimFunc ``schedule(func, vector_bits)``, or None (the
+    next rule then applies) when the schedule refuses it or TVM refuses a primitive. Built
+    lazily: it subclasses TVM types, and importing this module must not import TVM."""
     from tvm import tirx
     from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
     from tvm.target.codegen import llvm_get_vector_width
 
-    class CpuFallback(CPUScheduleRule):
-        """Inline what can be inlined; then, per remaining block, run the spatial loops
-        in parallel and vectorize the innermost spatial loop when its extent is a
-        multiple of the vector width (fp32 lanes), placed below any reduction loop."""
-
+    class Rule(CPUScheduleRule):
         def apply(self, func, target, _tunable):
             if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
                 return None
-            lanes = max(1, llvm_get_vector_width(target) // 32)
-            # Some blocks refuse a primitive (e.g. a reduction whose init was split off):
-            # then try once more without vectorizing, then leave the function unscheduled.
-            for vector in (lanes, 1):
-                try:
-                    return _schedule(func, vector)
-                except Exception:  # noqa: BLE001 - tvm raises its own error types
-                    continue
-            return None
+            try:
+                return schedule(func, llvm_get_vector_width(target))
+            except Exception:  # noqa: BLE001 - tvm raises its own error types
+                return None
 
-    return CpuFallback()
+    Rule.__name__ = Rule.__qualname__ = name
+    return Rule()
+
+
+def _fallback_rule():
+    """``CpuFallback``: inline what can be inlined; then, per remaining block, run the
+    spatial loops in parallel and vectorize the innermost spatial loop when its extent is
+    a multiple of the vector width (fp32 lanes), placed below any reduction loop."""
+    return _rule("CpuFallback", _schedule_fallback)
+
+
+def _schedule_fallback(func, vector_bits: int):
+    # Some blocks refuse a primitive (e.g. a reduction whose init was split off): then try
+    # once more without vectorizing (the rule leaves the function unscheduled if that fails).
+    try:
+        return _schedule(func, max(1, vector_bits // 32))
+    except Exception:  # noqa: BLE001 - tvm raises its own error types
+        return _schedule(func, 1)
 
 
 def _schedule(func, lanes: int):
@@ -88,26 +97,10 @@ def _parallel_vectorize(sch, block, kinds: str, lanes: int) -> None:
 
 
 def _matmul_rule():
-    """``CpuMatmul``, built lazily like the fallback (it subclasses TVM types)."""
-    from tvm import tirx
-    from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
-    from tvm.target.codegen import llvm_get_vector_width
-
-    class CpuMatmul(CPUScheduleRule):
-        """Register-tiled GEMM for ``C[S, I, J] += A[S, I, K] * B[S, J, K]`` blocks
-        (``matmul``, ``NT_matmul``, batched, with fused producers and epilogues): see
-        ``_schedule_matmul``. Anything else, or any refused primitive, returns None so
-        that the next rule applies."""
-
-        def apply(self, func, target, _tunable):
-            if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-                return None
-            try:
-                return _schedule_matmul(func, llvm_get_vector_width(target))
-            except Exception:  # noqa: BLE001 - tvm raises its own error types
-                return None
-
-    return CpuMatmul()
+    """``CpuMatmul``: a register-tiled GEMM for ``C[S, I, J] += A[S, I, K] * B[S, J, K]``
+    blocks (``matmul``, ``NT_matmul``, batched, with fused producers and epilogues): see
+    ``_schedule_matmul``. Anything else is left to the next rule."""
+    return _rule("CpuMatmul", _schedule_matmul)
 
 
 MATMUL_TILE_ROWS = 8  # rows of the register tile (unrolled)
@@ -129,7 +122,7 @@ def _pure_accesses(block) -> bool:
 
 
 def _schedule_matmul(func, vector_bits: int, tile_rows: int = MATMUL_TILE_ROWS,
-                     tile_vectors: int = MATMUL_TILE_VECTORS, pack: bool = True):
+                     tile_vectors: int = MATMUL_TILE_VECTORS):
     """Schedule the one GEMM block of ``func``, or return None when it has none.
 
     Loop nest: ``parallel(S, J / tj)`` - pack the ``K x tj`` strip of B contiguously -
@@ -196,12 +189,11 @@ def _schedule_matmul(func, vector_bits: int, tile_rows: int = MATMUL_TILE_ROWS,
     sch.reverse_compute_at(writeback, io, preserve_unit_loops=True)
     if padded:
         sch.reverse_compute_at(unpad, io, preserve_unit_loops=True)
-    if pack or padded:
-        # the padded copy of B (pad_einsum's producer) is the packed strip when there is one
-        packed = _producer_of(sch, main, b_idx) if padded else sch.cache_read(main, b_idx, "global")
-        sch.compute_at(packed, outer, preserve_unit_loops=True)
-        _pack_layout(sch, main, b_idx)
-        _vectorize_innermost(sch, packed, lanes)
+    # the padded copy of B (pad_einsum's producer) is the packed strip when there is one
+    packed = _producer_of(sch, main, b_idx) if padded else sch.cache_read(main, b_idx, "global")
+    sch.compute_at(packed, outer, preserve_unit_loops=True)
+    _pack_layout(sch, main, b_idx)
+    _vectorize_innermost(sch, packed, lanes)
     sch.parallel(outer)
     sch.unroll(ii)
     sch.vectorize(ji)
@@ -286,7 +278,7 @@ def _pack_layout(sch, main, b_idx: int) -> None:
     spatial, reduce = positions.get(tirx.IterVar.DataPar), positions.get(tirx.IterVar.CommReduce)
     if spatial is None or reduce is None or spatial > reduce:
         return
-    # the last spatial index var that is also the output's innermost axis is the vector axis
+    # swap the spatial (j) and reduction (k) indices of B's layout
     order = list(range(len(indices)))
     order[spatial], order[reduce] = order[reduce], order[spatial]
     sch.transform_layout(main, ("read", b_idx), lambda *idx: [idx[n] for n in order])
