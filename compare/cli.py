@@ -203,7 +203,7 @@ def _add_timing(parser: Arguments) -> None:
     _arg(parser, "--min-samples", resume=OVERRIDABLE, field="timing", type=_positive_int, default=None, metavar="N",
          help=f"samples per cell before the stopping rule may stop it (default {TimingConfig.min_samples}, "
               "1 with --suite zoo: a call slower than the time budget is timed in one round)")
-    _arg(parser, "--scenario", resume=CHECKED, field="scenario", choices=scenario_names(), default=DEFAULT,
+    _arg(parser, "--scenario", resume=CHECKED, field="scenario", copy=True, choices=scenario_names(), default=DEFAULT,
          help="; ".join(f"{s.name}: {s.help}" for s in scenarios().values()))
     for each in scenarios().values():
         each.add_options(_ScenarioOptions(parser))

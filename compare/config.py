@@ -56,7 +56,6 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     WorkloadError) in one line, before anything runs."""
     from compare.harness.environment import available_cores
     from compare.harness.runner import RunConfig
-    from compare.scenarios import DEFAULT
 
     preset = suite_defaults(args)
     size_unset = args.size is None
@@ -78,7 +77,6 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         output_dir=str(_output_dir(args, output_dir)),
         workload_files=[str(Path(f).resolve()) for f in args.workload_file] + model_specs(args.model),
         timing=_timing(args),
-        scenario=getattr(args, "scenario", DEFAULT),
         **_scenario_fields(args),
         options=backend_options(args),
         batches=list(args.batch),
