@@ -99,6 +99,30 @@ def test_matmul_rule_schedules_gemms_and_keeps_their_values(layout, batch, m, n,
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
+def test_matmul_rule_builds_an_epilogue_that_reads_the_gemm_twice():
+    """GELU's ``y * f(y)`` after a bias add: ``y`` has two readers, and reverse-inlining one of
+    them left the other reading a buffer nothing writes (a build error on the survey's mlp)."""
+    import tvm
+    from tvm import te, tirx
+
+    from adapters.tvm.schedules import default_cpu_schedules
+
+    m, n, k = 4, 64, 32
+    a, b, bias = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B"), te.placeholder((n,), name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="matmul")
+    y = te.compute((m, n), lambda i, j: c[i, j] + bias[j], name="T_add")
+    t = te.compute((m, n), lambda i, j: tirx.tanh(y[i, j] * tirx.const(0.5, "float32")), name="T_tanh")
+    out = te.compute((m, n), lambda i, j: y[i, j] * t[i, j], name="T_multiply")
+    func = te.create_prim_func([a, b, bias, out]).with_attr("global_symbol", "main")
+    mod = default_cpu_schedules(tvm.IRModule({"main": func}), _target())
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(s).astype("float32") for s in ((m, k), (k, n), (n,))]
+    pre = inputs[0] @ inputs[1] + inputs[2]
+    got = _run(mod["main"], inputs, (m, n))
+    np.testing.assert_allclose(got, pre * np.tanh(pre * 0.5), rtol=1e-4, atol=1e-4)
+
+
 def _softmax():
     from tvm import te, topi
 
