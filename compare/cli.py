@@ -15,7 +15,17 @@ from typing import Sequence
 from adapters import CommandUsage, backend_subcommands
 from compare.commands import cmd_history, cmd_list, cmd_report, cmd_run, module_command, wide_console
 from compare.config import COMMAND_DEFAULTS, UsageError, make_config  # noqa: F401  (make_config: the API and tests build configs here)
-from compare.harness.resume import CHECKED, NEUTRAL, OVERRIDABLE, REFUSED
+from compare.harness.run_config import (
+    CHECKED,
+    GROUPS,
+    NEUTRAL,
+    OVERRIDABLE,
+    REFUSED,
+    flagged_fields,
+    parse_keywords,
+    positive_float,
+    positive_int,
+)
 
 EXIT_USAGE = 2
 EXIT_OUTPUT = 74  # sysexits EX_IOERR: the output folder could not be written
@@ -28,9 +38,10 @@ Arguments = argparse._ActionsContainer  # a parser or one of its argument groups
 
 def _arg(parser: Arguments, flag: str, *, resume: str, field: str | None = None, copy: bool = False,
          **kwargs) -> argparse.Action:
-    """One run option, declared once: its flag, help and validation (argparse's), its resume
-    policy and the ``RunConfig`` field it fills (``field``, which resume compares or sets).
-    ``copy``: the field is the parsed value as it is (``make_config`` derives the others)."""
+    """One flag of a run: argparse's keywords, its resume policy and the ``RunConfig`` field
+    it fills (``field``, which resume compares or sets); ``copy``: the field is the parsed
+    value as it is (``make_config`` derives the others). Called for every flagged RunConfig
+    field (``compare.harness.run_config.run_option``) and for the flags without one."""
     if (resume in (CHECKED, OVERRIDABLE) or copy) and field is None:
         raise ValueError(f"{flag}: a {resume} option names its RunConfig field")
     action = parser.add_argument(flag, **kwargs)
@@ -68,218 +79,66 @@ class _Removed(argparse.Action):
         raise UsageError(f"{option_string} is gone: use {self.replacement}")
 
 
-def _csv(value: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return items
+def _add_run_arguments(parser: argparse.ArgumentParser, command: str) -> dict[str, Arguments]:
+    """The run's options in sections, as ``--help`` prints them: every flagged RunConfig
+    field (``compare.harness.run_config``), then the flags that fill no field of their own;
+    returns the sections by name."""
+    groups = {name: parser.add_argument_group(name, text) for name, text in GROUPS.items()}
+    for f in flagged_fields(command):
+        meta = f.metadata
+        _arg(groups[meta["group"]], meta["flag"], resume=meta["resume"], field=f.name, copy=not meta["derived"],
+             **parse_keywords(f))
+    _add_unfielded(groups)
+    _add_backend_options(parser.add_argument_group("backend options", "each backend's own settings (adapters' options)"))
+    return groups
 
 
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be positive")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not (number > 0) or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} must be a positive finite number")
-    return number
-
-
-def _batch_list(value: str) -> list[int]:
-    batches = [_positive_int(v) for v in _csv(value)]
-    if len(set(batches)) != len(batches):
-        raise argparse.ArgumentTypeError(f"{value!r} lists a batch size twice")
-    return batches
-
-
-def _dtype_list(value: str) -> list[str]:
-    from compare.measure.numerics import DTYPE_NAMES
-
-    dtypes = _csv(value)
-    for d in dtypes:
-        if d not in DTYPE_NAMES:
-            raise argparse.ArgumentTypeError(f"unknown dtype {d!r} (known: {', '.join(DTYPE_NAMES)})")
-    if len(set(dtypes)) != len(dtypes):
-        raise argparse.ArgumentTypeError(f"{value!r} lists a dtype twice")
-    return dtypes
-
-
-def _cpu_list(value: str) -> list[int]:
-    """``0,1`` or ``0-3`` or ``0-1,4``, as taskset and pyperf's --affinity take them."""
-    from compare.measure.cpus import parse_cpu_list
-
-    try:
-        return parse_cpu_list(",".join(_csv(value)))  # _csv: an empty list is a usage error
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The run's options in sections, as ``--help`` prints them."""
-    group = parser.add_argument_group
-    _add_selection(group("selection", "what runs: backends, workloads, sizes, precisions, device"))
-    _add_execution(group("execution", "how cells run: threads, limits, caches"))
-    _add_timing(group("sampling", "how latency and numerics are sampled, and in which scenario"))
-    _add_conditions(group("conditions", "run conditions recorded with the results"))
-    _add_outputs(group("outputs", "where results go, and resuming"))
-    _add_backend_options(group("backend options", "each backend's own settings (adapters' options)"))
-
-
-def _add_selection(parser: Arguments) -> None:
-    """What runs: backends, workloads, sizes, batches, precisions, device."""
-    from workloads import SIZES, SUITES
-
-    run, paper = (COMMAND_DEFAULTS[c]["backends"] for c in ("run", "paper"))
-    _arg(parser, "--backends", resume=CHECKED, field="backends", type=_csv, default=None,
-         help=f"comma-separated backends to compare with eager (default: {','.join(run)}; paper: {','.join(paper)})")
-    _arg(parser, "--workloads", resume=CHECKED, field="workloads", type=_csv, default=None,
-         help="comma-separated workloads from any suite (default: the --suite's)")
-    _arg(parser, "--suite", resume=CHECKED, field="suite", choices=SUITES, default=None,
-         help="built-in workloads to run: paper (the survey's five graphs), models "
-              "(ResNet, MobileNetV2, BERT, GPT-2, ViT), llm (greedy decoding with a static KV "
-              "cache: TTFT, TPOT, tokens/s), zoo (17 real architectures at published sizes: the "
-              "coverage matrix) or all (the hand-written three; default: paper, or none when --model is given)")
-    _arg(parser, "--batch", resume=CHECKED, field="batches", type=_batch_list, default=[], metavar="N[,N...]",
-         help="batch sizes to sweep, each its own cell (default: each workload's own)")
-    _arg(parser, "--dtype", resume=CHECKED, field="dtypes", type=_dtype_list, default=["fp32"], metavar="DTYPE[,...]",
-         help="precision, comma-separated to sweep (default fp32): fp32, bf16, fp16, tf32 (CUDA: "
-              "TF32 tensor-core math on fp32 tensors), int8 (static, each backend's quantizer), "
-              "int8wo/int4wo (weight-only, --suite llm)")
-    _arg(parser, "--workload-file", resume=CHECKED, field="workload_files", action="append", default=[], metavar="PATH",
-         help="Python file defining extra workloads (run as code); repeatable")
-    _arg(parser, "--model", resume=CHECKED, field="workload_files", action="append", default=[], metavar="SPEC",
-         help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
-              "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
-    _arg(parser, "--size", resume=CHECKED, field="size", choices=SIZES, default=None,
-         help="workload shapes (default: 'default' on the CPU, 'large' on CUDA, where the default "
-              "shapes are launch-bound)")
-    _arg(parser, "--prompt-len", resume=CHECKED, field="prompt_len", copy=True, type=_positive_int, default=None, metavar="N",
-         help="decode workloads (--suite llm): prompt tokens, the prefill (pp) figure's length "
-              "(default 128 at the default size; 512 for llama-bench's pp512)")
-    _arg(parser, "--gen-len", resume=CHECKED, field="gen_len", copy=True, type=_positive_int, default=None, metavar="N",
-         help="decode workloads: tokens generated, the decode (tg) figure's length (default 128)")
-    _arg(parser, "--device", resume=CHECKED, field="device", copy=True, choices=("cpu", "cuda"), default="cpu")
-
-
-def _add_execution(parser: Arguments) -> None:
-    """How cells run: threads, limits, where results, caches and logs go."""
-    from compare.harness.runner import RunConfig
-
-    _arg(parser, "--threads", resume=CHECKED, field="threads",
-         type=_positive_int, default=None,
-         help="threads for every backend (default: all cores, or the --affinity CPUs)"
-    )
-    _arg(parser, "--affinity", resume=CHECKED, field="affinity", type=_cpu_list, default=None, metavar="CPUS",
-         help="pin every worker to these CPUs (0,1 or 0-3), as pyperf's --affinity and numactl do")
-    _arg(parser, "--timeout", resume=OVERRIDABLE, field="timeout_s", copy=True, type=_positive_float, default=None,
-         help=f"seconds per cell before it is killed (default {RunConfig.timeout_s:g}, 600 with --suite zoo)")
-    _arg(parser, "--memory-limit", resume=OVERRIDABLE, field="memory_limit_mb", copy=True, type=_positive_int, default=None, metavar="MB",
-         help="address-space limit per worker (cells over it are out_of_memory)")
-    _arg(parser, "--output-dir", resume=REFUSED, default=None, help="where results go (default: reports/<timestamp>/)")
-    _arg(parser, "--cache", resume=CHECKED, field="cache", copy=True, choices=("cold", "warm"), default="cold",
-         help="cold: compile from nothing; warm: reuse persistent compile artifacts")
-    _arg(parser, "--tuning-logs", resume=CHECKED, field="cache_root", default="tuning_logs", metavar="DIR",
-         help="persistent tuning logs and caches")
-
-
-def _add_timing(parser: Arguments) -> None:
-    """How latency and numerics are sampled."""
-    from compare.harness.runner import RunConfig
+def _add_unfielded(groups: dict[str, Arguments]) -> None:
+    """The flags that fill no RunConfig field of their own: a second way to a field
+    (``--model``), the sampler's settings (the ``timing`` field), the scenarios' options,
+    this command's own (history, progress, resuming) and the flags that are gone."""
     from compare.measure.timing import TimingConfig
-    from compare.scenarios import DEFAULT, scenario_names, scenarios
+    from compare.scenarios import scenarios
 
-    _arg(parser, "--time-budget", resume=OVERRIDABLE, field="timing", type=_positive_float, default=TimingConfig.budget_s, metavar="S",
-         help="soft budget in seconds for sampling one cell's latency")
-    _arg(parser, "--min-samples", resume=OVERRIDABLE, field="timing", type=_positive_int, default=None, metavar="N",
+    _arg(groups["selection"], "--model", resume=CHECKED, field="workload_files", action="append", default=[],
+         metavar="SPEC", help="a model as you have it: hf:ZOO_NAME|CONFIG.json|DIR, timm:NAME, torchvision:NAME or "
+                              "pt2:PATH, seeded random weights unless DIR holds safetensors; never downloads; repeatable")
+    sampling = groups["sampling"]
+    _arg(sampling, "--time-budget", resume=OVERRIDABLE, field="timing", type=positive_float,
+         default=TimingConfig.budget_s, metavar="S", help="soft budget in seconds for sampling one cell's latency")
+    _arg(sampling, "--min-samples", resume=OVERRIDABLE, field="timing", type=positive_int, default=None, metavar="N",
          help=f"samples per cell before the stopping rule may stop it (default {TimingConfig.min_samples}, "
               "1 with --suite zoo: a call slower than the time budget is timed in one round)")
-    _arg(parser, "--scenario", resume=CHECKED, field="scenario", copy=True, choices=scenario_names(), default=DEFAULT,
-         help="; ".join(f"{s.name}: {s.help}" for s in scenarios().values()))
-    for each in scenarios().values():
-        each.add_options(_ScenarioOptions(parser))
-    _arg(parser, "--sample-warmup", resume=OVERRIDABLE, field="timing", choices=("on", "off"), default="on",
+    _arg(sampling, "--sample-warmup", resume=OVERRIDABLE, field="timing", choices=("on", "off"), default="on",
          help="one untimed call before each timed sample, so that no sample pays for what the "
               "other callable left behind (default on; off: the method before 2026-11)")
-    _arg(parser, "--interleave", resume=OVERRIDABLE, field="interleave", choices=("on", "off"), default=None,
-         help="time the cells of a workload in turns, so that they and the eager-only reference "
-              "sample the same stretch of time (default on, off with --suite zoo; local executor)")
-    _arg(parser, "--processes", resume=CHECKED, field="processes", copy=True, type=_positive_int, default=None, metavar="K",
-         help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first "
-              f"compiles and the others load its artifact (default {RunConfig.processes}, 1 with --suite zoo)")
-    _arg(parser, "--noise-probe", resume=OVERRIDABLE, field="noise_probe_s", copy=True, type=float, default=3.0, metavar="S",
-         help="seconds of the machine probe (compute loop, memory copy) before and after the cells, "
-              "shown in the header (default 3; 0: none)")
-    _arg(parser, "--reference-processes", resume=CHECKED, field="reference_processes", copy=True,
-         type=_positive_int, default=None, metavar="K",
-         help="at least K processes for the eager-only reference, pooled, so that one process's "
-              f"offset does not shift every comparison with it (default {RunConfig.reference_processes}, "
-              "1 with --suite zoo)")
-    run, paper = (COMMAND_DEFAULTS[c]["numerics_draws"] for c in ("run", "paper"))
-    _arg(parser, "--numerics-draws", resume=CHECKED, field="numerics_draws", copy=True, type=_positive_int, default=None,
-         metavar="K", help=f"fresh input draws for the numerics check, worst case kept (default {run}; paper {paper})")
-    _arg(parser, "--calibration-batches", resume=CHECKED, field="calibration_batches", copy=True, type=_positive_int,
-         default=RunConfig.calibration_batches, metavar="N",
-                        help="--dtype int8: seeded batches of the workload's inputs that every backend's quantizer "
-                             f"calibrates on, apart from the evaluation draws (default {RunConfig.calibration_batches})")
+    for each in scenarios().values():
+        each.add_options(_ScenarioOptions(sampling))
+    _arg(groups["conditions"], "--system-malloc", resume=REFUSED, action=_Removed, replacement="--allocator system")
+    outputs = groups["outputs"]
+    _arg(outputs, "--history", resume=NEUTRAL, default=None, metavar="DB",
+         help="SQLite run history (default: history.sqlite beside the output folder)")
+    _arg(outputs, "--no-history", resume=NEUTRAL, action="store_true", help="do not record this run in the history")
+    _arg(outputs, "--quiet", resume=NEUTRAL, action="store_true", help="no progress display")
+    _arg(outputs, "--list", resume=REFUSED, action=_Removed, replacement="python -m compare list [--device cuda]")
+    _arg(outputs, "--resume", resume=NEUTRAL, default=None, metavar="RUN_DIR",
+         help="finish an interrupted run: only missing cells and transient failures run again")
 
 
 class _ScenarioOptions:
     """How a scenario declares its run options (``compare.scenarios.base.RunOptions``)."""
 
-    positive_int = staticmethod(_positive_int)
-    positive_float = staticmethod(_positive_float)
+    positive_int = staticmethod(positive_int)
+    positive_float = staticmethod(positive_float)
 
     def __init__(self, parser: Arguments):
         self.parser = parser
 
-    def add(self, flag: str, *, field: str, **kwargs) -> argparse.Action:
-        return _arg(self.parser, flag, resume=CHECKED, field=field, **kwargs)
+    def add(self, flag: str, **kwargs) -> argparse.Action:
+        return _arg(self.parser, flag, resume=CHECKED, field="scenario_options", **kwargs)
 
 
-def _add_conditions(parser: Arguments) -> None:
-    """Run conditions recorded with the results: seed, allocator, thread spin, executor."""
-    from compare.harness.allocators import ALLOCATORS, DEFAULT_ALLOCATOR
-
-    _arg(parser, "--seed", resume=CHECKED, field="seed", copy=True, type=int, default=0)
-    _arg(parser, "--allocator", resume=CHECKED, field="allocator", choices=ALLOCATORS, default=DEFAULT_ALLOCATOR,
-         help="malloc of every worker: system (glibc defaults), glibc-tuned (heap-only, no trim), "
-              "jemalloc, tcmalloc or mimalloc (preloaded), auto: mimalloc, which the install brings "
-              f"(default {DEFAULT_ALLOCATOR})")
-    _arg(parser, "--system-malloc", resume=REFUSED, action=_Removed, replacement="--allocator system")
-    _arg(parser, "--thread-spin", resume=CHECKED, field="thread_spin", copy=True, choices=("short", "default"), default="short",
-         help="idle OpenMP and TVM pool threads spin about 0.3 ms (short) or as long as each "
-              "runtime's default before sleeping (default: short)")
-    _arg(parser, "--executor", resume=CHECKED, field="executor", copy=True, choices=("local", "ray"), default="local",
-         help="local: cells one after another here; ray: one Ray task per cell")
-    _arg(parser, "--ray-address", resume=OVERRIDABLE, field="ray_address", copy=True, default=None, metavar="ADDR",
-         help="Ray cluster to join (default: start a local Ray instance)")
-    _arg(parser, "--ray-share-cores", resume=CHECKED, field="ray_share_cores", copy=True, action="store_true",
-         help="let timed cells share a node's cores (default: each task reserves --threads CPUs)")
-
-
-def _add_outputs(parser: Arguments) -> None:
-    _arg(parser, "--history", resume=NEUTRAL, default=None, metavar="DB",
-         help="SQLite run history (default: history.sqlite beside the output folder)")
-    _arg(parser, "--no-history", resume=NEUTRAL, action="store_true", help="do not record this run in the history")
-    _arg(parser, "--keep-work-dirs", resume=OVERRIDABLE, field="keep_work_dirs", copy=True, action="store_true",
-         help="keep each worker's scratch folder")
-    _arg(parser, "--quiet", resume=NEUTRAL, action="store_true", help="no progress display")
-    _arg(parser, "--list", resume=REFUSED, action=_Removed, replacement="python -m compare list [--device cuda]")
-    _arg(parser, "--resume", resume=NEUTRAL, default=None, metavar="RUN_DIR",
-         help="finish an interrupted run: only missing cells and transient failures run again")
-
-
-_OPTION_TYPES = {"positive_int": _positive_int, "positive_float": _positive_float}
+_OPTION_TYPES = {"positive_int": positive_int, "positive_float": positive_float}
 
 
 def _add_backend_options(parser: Arguments) -> None:
@@ -312,27 +171,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="measure workloads x backends (the default command)")
-    _add_run_arguments(run)
-    extra = run.add_argument_group("instruments", "what each cell measures besides its latency")
-    _arg(extra, "--roofline", resume=CHECKED, field="roofline", action="store_true",
-         help="measure this machine's ceilings and place every cell")
-    _arg(extra, "--explain", resume=CHECKED, field="explain", copy=True, action="store_true",
-         help="after timing, profile each cell with its backend's own profiler (see: compare explain)")
-    _arg(extra, "--crosscheck", resume=CHECKED, field="crosscheck", copy=True, action="store_true",
-         help="after timing, re-time each cell's artifact with its backend's own benchmark tool "
-              "(iree-benchmark-module, benchmark_app, TVM's time_evaluator, torch.utils.benchmark)")
+    _add_run_arguments(run, "run")
     _declare_copies(run)
 
     paper = sub.add_parser("paper", help="the survey's section-7 experiments, with its figures beside this run's")
-    _add_run_arguments(paper)
+    _add_run_arguments(paper, "paper")
     protocol = paper.add_argument_group("the survey's protocol", "its dynamic-shape part and the fusion profiles")
-    _arg(protocol, "--dynamic-sizes", resume=REFUSED, type=_positive_int, default=4, metavar="K",
+    _arg(protocol, "--dynamic-sizes", resume=REFUSED, type=positive_int, default=4, metavar="K",
          help="distinct sizes of the varying dimension (default 4)")
-    _arg(protocol, "--dynamic-calls", resume=REFUSED, type=_positive_int, default=40, metavar="N",
+    _arg(protocol, "--dynamic-calls", resume=REFUSED, type=positive_int, default=40, metavar="N",
          help="calls in the shape sequence (default 40)")
     _arg(protocol, "--skip-dynamic", resume=REFUSED, action="store_true", help="leave out the dynamic-shape experiment")
-    _arg(protocol, "--explain", resume=CHECKED, field="explain", copy=True, action="store_true",
-         help="profile every cell after timing: the fusion part (kernels per call) needs it")
     _declare_copies(paper)
 
     lst = sub.add_parser("list", help="list workloads and backends with their availability")
@@ -368,9 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "reproducer for it, for one cell of a run")
     bis.add_argument("run_dir", metavar="RUN_DIR")
     bis.add_argument("--cell", required=True, metavar="WORKLOAD/BACKEND", help="e.g. gpt2/iree")
-    bis.add_argument("--factor", type=_positive_float, default=10.0,
+    bis.add_argument("--factor", type=positive_float, default=10.0,
                      help="an op is bad when its error vs float64 exceeds this many times eager's (default 10)")
-    bis.add_argument("--timeout", type=_positive_float, default=3600.0, help="seconds for the whole bisect")
+    bis.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds for the whole bisect")
 
     his = sub.add_parser("history", help="runs recorded in the history database, or one figure over time")
     his.add_argument("--db", default=str(Path("reports") / "history.sqlite"))
@@ -389,10 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("system", help="what on this machine raises timing noise, as pyperf system show reports it")
 
     noi = sub.add_parser("noise", help="benchmark: how much this machine's speed changes from second to second")
-    noi.add_argument("--seconds", type=_positive_float, default=20.0)
+    noi.add_argument("--seconds", type=positive_float, default=20.0)
 
     ovh = sub.add_parser("overhead", help="benchmark: the harness's timing vs a bare perf_counter loop")
-    ovh.add_argument("--repeats", type=_positive_int, default=15)
+    ovh.add_argument("--repeats", type=positive_int, default=15)
     return parser
 
 

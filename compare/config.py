@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from compare.harness.run_config import COMMAND_DEFAULTS, SUITE_DEFAULTS
+
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
@@ -55,7 +57,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     """The run's RunConfig from the command line; every bad input is a UsageError (or a
     WorkloadError) in one line, before anything runs."""
     from compare.harness.environment import available_cores
-    from compare.harness.runner import RunConfig
+    from compare.harness.run_config import RunConfig
 
     preset = suite_defaults(args)
     size_unset = args.size is None
@@ -77,7 +79,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         output_dir=str(_output_dir(args, output_dir)),
         workload_files=[str(Path(f).resolve()) for f in args.workload_file] + model_specs(args.model),
         timing=_timing(args),
-        **_scenario_fields(args),
+        scenario_options=_scenario_options(args),
         options=backend_options(args),
         batches=list(args.batch),
         dtypes=list(args.dtype),
@@ -91,24 +93,6 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     )
 
 
-# What --suite zoo changes where the command line says nothing. At published sizes a
-# worker holds the model, eager's copy and a float64 twin (Qwen2.5-0.5B: ~8 GB): the
-# default 3 processes interleaved keep 9 such workers alive per model, and the XLA
-# worker of bert_base was killed for memory on 23 GB. One process per cell, timed
-# alone, also fits the 17 models x 8 compilers in the 2 hours the zoo is sized for.
-# Untuned TVM ran bert_base at 17 s a call (85x eager): with 10 samples, warm calls and
-# 3 processes its one cell took longer than the whole of the other compilers' row. One
-# round for a call slower than the time budget (fast calls still sample to the budget or
-# a precise median), and 10 minutes per cell at most, keep the zoo within its 2 hours.
-# The defaults of the options each command leaves unset: ``paper`` is ``run`` with these.
-COMMAND_DEFAULTS: dict[str, dict] = {
-    "run": {"backends": ["inductor", "ort", "tvm", "iree"], "numerics_draws": 1},
-    "paper": {"backends": ["inductor", "ort", "tvm-untuned", "tvm", "iree"], "numerics_draws": 5},
-}
-SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"processes": 1, "reference_processes": 1, "interleave": "off",
-                                           "min_samples": 1, "timeout": 600.0}}
-
-
 # The size a device runs when --size is not given. On a GPU the default shapes are
 # launch-bound (an H200's calls lasted 0.05-0.25 ms, so Inductor's wrapper overhead
 # decided the verdict, not its kernels); the large size gives the GPU work to do.
@@ -118,7 +102,7 @@ DEVICE_SIZES = {"cpu": "default", "cuda": "large"}
 def suite_defaults(args: argparse.Namespace) -> dict:
     """Fill the options the command line left unset (None) from the suite's defaults, else
     the run's (in place); returns what the suite set, recorded with the run."""
-    from compare.harness.runner import RunConfig
+    from compare.harness.run_config import RunConfig
     from compare.measure.timing import TimingConfig
 
     run = {"processes": RunConfig.processes, "reference_processes": RunConfig.reference_processes,
@@ -151,19 +135,19 @@ def _timing(args: argparse.Namespace) -> dict:
     return scenario(getattr(args, "scenario", DEFAULT)).timing(timing, args)
 
 
-def _scenario_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The RunConfig fields the scenarios' own options set; an option of another scenario
-    than the run's is a usage error, not a flag quietly ignored."""
+def _scenario_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's scenario's option values; an option of another scenario than the run's is a
+    usage error, not a flag quietly ignored."""
     from compare.scenarios import DEFAULT, scenarios
 
     chosen = getattr(args, "scenario", DEFAULT)
-    fields: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for each in scenarios().values():
         try:
-            fields.update(each.run_fields(args, chosen=each.name == chosen))
+            values.update(each.option_values(args, chosen=each.name == chosen))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return fields
+    return values
 
 
 def _checked_affinity(cpus: list[int] | None) -> list[int] | None:
@@ -268,7 +252,7 @@ def resume_state(args: argparse.Namespace):
     (``compare.harness.resume``)."""
     from compare.harness import environment
     from compare.harness.resume import ResumeRefused, plan_resume
-    from compare.harness.runner import RunConfig
+    from compare.harness.run_config import RunConfig
     from compare.results.schema import RunResults
 
     stored = RunResults.load(args.resume)

@@ -102,11 +102,12 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", ["v7-bf16", "v8-offline", "v8-first-look"])
+@pytest.mark.parametrize("name", ["v7-bf16", "v8-offline", "v8-first-look", "v9-first-look"])
 def test_files_of_the_last_schema_versions_report_the_figures_they_did(name, tmp_path):
-    """Real results files of schema 7 and 8 (flat cells) read into today's sections give the
-    CSV rows the code of their time gave (every column it had), and so does the same run
-    written at today's schema and read back."""
+    """Real results files of schema 7 and 8 (flat cells) and 9 (sections; v8-first-look as
+    schema 9's writer at b9fd857 wrote it) read into today's records give the CSV rows the
+    code of their time gave (every column it had), and so does the same run written at
+    today's schema and read back."""
     import pandas as pd
 
     from compare.results.derived import fill_derived
@@ -135,3 +136,14 @@ def test_the_core_record_stays_narrow():
 
     core = [f.name for f in dataclasses.fields(Cell) if f.name not in SECTIONS]
     assert len(dataclasses.fields(Cell)) <= 25 and len(core) <= 17, core
+
+
+@pytest.mark.unit
+def test_a_schema_9_server_config_loads_as_the_scenario_options():
+    from compare.results.schema import migrate
+
+    options = {"p99_ms": None, "run_ms": 2500, "runs": 6, "min_queries": 100}
+    old = {"schema_version": 9, "config": {"scenario": "server", "server": options}, "cells": []}
+    assert migrate(old)["config"] == {"scenario": "server", "scenario_options": options}
+    plain = {"schema_version": 9, "config": {"scenario": "back-to-back", "server": None}, "cells": []}
+    assert migrate(plain)["config"]["scenario_options"] == {} and migrate(plain)["schema_version"] == 10

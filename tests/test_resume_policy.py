@@ -121,3 +121,32 @@ def test_a_run_option_reaches_the_worker_through_its_field_of_the_same_name(tmp_
     for name in shared_fields(type(made)):
         assert getattr(spec, name) == getattr(made, name), name
     assert (spec.seed, spec.numerics_draws, spec.calibration_batches, spec.explain) == (5, 3, 2, True)
+
+
+def test_each_flagged_field_is_the_one_declaration_of_its_flag():
+    """A RunConfig field's flag (run_config.run_option) is declared nowhere else: --help
+    prints it in its field's section, and the cli's run options name neither the flag nor
+    the field (``list`` has a --device of its own)."""
+    import dataclasses
+    import inspect
+
+    from compare import cli
+    from compare.harness.run_config import GROUPS, flagged_fields
+
+    source = inspect.getsource(cli._add_run_arguments) + inspect.getsource(cli._add_unfielded)
+    run = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices["run"]
+    sections = {g.title: {o for a in g._group_actions for o in a.option_strings} for g in run._action_groups}
+    assert list(GROUPS) == [t for t in sections if t in GROUPS]
+    flagged = flagged_fields("run")
+    assert len(flagged) >= 30
+    for f in flagged:
+        flag = f.metadata["flag"]
+        assert flag in sections[f.metadata["group"]], flag
+        assert f'"{flag}"' not in source, flag
+    # the flags there fill fields that have no flag of their own, or one more way to one (--model)
+    import re
+
+    assert set(re.findall(r'field="(\w+)"', source)) == {"workload_files", "timing"}
+    # the fields without a flag of their own are few, and each is made by make_config or the runner
+    unflagged = {f.name for f in dataclasses.fields(RunConfig)} - {f.name for f in flagged_fields("run")}
+    assert unflagged == {"reference", "timing", "scenario_options", "malloc_env", "options", "preset"}

@@ -96,29 +96,34 @@ def test_server_flags_need_the_server_scenario(tmp_path):
     from compare.config import UsageError
 
     config = cli.make_config(cli.parse(["--scenario", "server", "--server-runs", "3", "--output-dir", str(tmp_path)]))
-    assert config.server == {"p99_ms": None, "run_ms": ServerConfig.run_ms, "runs": 3,
-                             "min_queries": ServerConfig.min_queries}
-    assert cli.make_config(cli.parse(["--output-dir", str(tmp_path)])).server is None
+    assert config.scenario_options == {"p99_ms": None, "run_ms": ServerConfig.run_ms, "runs": 3,
+                                       "min_queries": ServerConfig.min_queries}
+    assert cli.make_config(cli.parse(["--output-dir", str(tmp_path)])).scenario_options == {}
     with pytest.raises(UsageError, match="--server-p99-ms applies to --scenario server only"):
         cli.make_config(cli.parse(["--server-p99-ms", "5", "--output-dir", str(tmp_path)]))
 
 
 @pytest.mark.unit
-def test_the_server_parameters_travel_in_the_spec_to_the_first_process_only(tmp_path):
+def test_the_server_parameters_travel_from_the_command_line_to_every_cell_spec(tmp_path):
+    from compare import cli
+    from compare.harness.cells import CellSpecs
     from compare.harness.pooling import ProcessPlan
+    from workloads import resolve_workloads
 
-    spec = tiny_spec("eager", tmp_path, scenario="server", server=TINY_SERVER)
+    config = cli.make_config(cli.parse(["--scenario", "server", "--server-runs", "3", "--output-dir", str(tmp_path)]))
+    (mlp,) = resolve_workloads(["mlp"], [], "all")
+    spec = CellSpecs(config).spec(mlp, "ort")
     again = CellSpec.from_json(spec.to_json())
-    assert again.server == ServerConfig(**TINY_SERVER)
-    plan = ProcessPlan(2)
-    assert plan.spec(spec, 0).server == spec.server and plan.spec(spec, 1).server is None
+    assert ServerConfig(**again.scenario_options) == ServerConfig(runs=3)
+    plan = ProcessPlan(2)  # every process has them; only the first searches (serve_under_loadgen)
+    assert plan.spec(spec, 0).scenario_options == plan.spec(spec, 1).scenario_options == spec.scenario_options
 
 
 @pytest.mark.unit
 def test_without_loadgen_a_server_cell_is_unavailable_with_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "mlperf_loadgen", None)  # import mlperf_loadgen now raises ImportError
     with pytest.raises(BackendUnavailable, match=r"needs MLPerf LoadGen.*pip install -e '\.\[loadgen\]'"):
-        worker.measure_cell(tiny_spec("eager", tmp_path, threads=1, scenario="server", server=TINY_SERVER))
+        worker.measure_cell(tiny_spec("eager", tmp_path, threads=1, scenario="server", scenario_options=TINY_SERVER))
 
 
 def test_without_loadgen_a_server_run_reports_unavailable_cells(tmp_path):
@@ -149,7 +154,7 @@ class PlainBackend(Backend):
 @needs_loadgen
 def test_the_worker_searches_the_backend_and_eager_alternately(monkeypatch, tmp_path):
     monkeypatch.setattr(adapters, "get_backend", lambda name: PlainBackend())
-    spec = tiny_spec("plain", tmp_path, threads=1, scenario="server", server=TINY_SERVER)
+    spec = tiny_spec("plain", tmp_path, threads=1, scenario="server", scenario_options=TINY_SERVER)
     cell = CellMeasurement.from_json(worker.measure_cell(spec).to_json())
     server = cell.server
     assert server is not None and server["loadgen_version"] and server["p99_bound_ms"] == 1000.0
@@ -173,7 +178,7 @@ def test_server_run_through_ort_reports_loadgens_summary_beside_its_own(tmp_path
                    "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = load_results(tmp_path)
-    assert data["config"]["scenario"] == "server" and data["config"]["server"]["runs"] == 2
+    assert data["config"]["scenario"] == "server" and data["config"]["scenario_options"]["runs"] == 2
     cells = {c["backend"]: c for c in data["cells"]}
     assert cells["ort"]["status"] == "ok" and cells["eager"]["status"] == "ok"
     ort, eager_cell = cells["ort"]["server"], cells["eager"]["server"]
@@ -199,7 +204,7 @@ def _server_results():
     stats = LatencyStats.from_ms([1.0, 1.0, 1.0], 1)
     cells = [Cell.from_flat("mlp", "ort", "ok", latency=stats, eager_latency=stats, server=server),
              Cell.from_flat("mlp", "openvino", "unavailable", error="no LoadGen")]
-    config = {"scenario": "server", "server": {"p99_ms": None, "run_ms": 2500, "runs": 6, "min_queries": 100}}
+    config = {"scenario": "server", "scenario_options": {"p99_ms": None, "run_ms": 2500, "runs": 6, "min_queries": 100}}
     return RunResults(environment={"threads": 2, "cores": 2}, config=config, cells=cells)
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from compare.harness import environment
-from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
 from compare.results import protocol
 from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
@@ -45,7 +44,7 @@ def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
 
 
 # CellSpec fields made here from the run's config, not copied from its field of that name
-SPEC_DERIVED = ("workload_files", "timing", "cache_root", "affinity", "interleave", "server")
+SPEC_DERIVED = ("workload_files", "timing", "cache_root", "affinity", "interleave")
 
 
 def shared_fields(config_type: type) -> tuple[str, ...]:
@@ -93,7 +92,6 @@ class CellSpecs:
             # an experiment counts no work: its record has no roofline
             count_work=dynamic is None,
             dynamic=dynamic,
-            server=ServerConfig(**cfg.server) if cfg.server is not None and dynamic is None else None,
         )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:

@@ -45,8 +45,8 @@ class ProcessPlan:
 
     def spec(self, spec: CellSpec, index: int) -> CellSpec:
         out = dataclasses.replace(spec, process_index=index, timing=process_timing(spec.timing, self.count))
-        if index > 0:  # the cell keeps the first process's profile, counted work, GEMM libraries and server search
-            out = dataclasses.replace(out, explain=False, count_work=False, server=None)
+        if index > 0:  # the cell keeps the first process's profile, counted work and GEMM libraries
+            out = dataclasses.replace(out, explain=False, count_work=False)
         if self.store_root is not None:
             out = dataclasses.replace(out, cache="warm", store_root=self.store_root, fresh_store=index == 0)
         return out

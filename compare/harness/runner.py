@@ -13,17 +13,16 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from compare.harness import environment
-from compare.harness.allocators import GLIBC_TUNED_ENV
 from compare.harness.cells import ALLOCATOR_VARS, CellSpecs, worker_env
 from compare.harness.executor import CellGroup, Executor, Hooks, LocalExecutor, RunInterrupted
 from compare.harness.process import last_line
+from compare.harness.run_config import RunConfig
 from compare.results.protocol import DynamicSpec
-from compare.results.roles import REFERENCE_BACKEND, role_of
+from compare.results.roles import role_of
 from compare.results.schema import TRANSIENT_STATUSES, Cell, RunResults, atomic_write_json, variant_label
 
 __all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
@@ -32,76 +31,6 @@ __all__ = ["OutputError", "RunConfig", "RunInterrupted", "Runner", "worker_env"]
 class OutputError(Exception):
     """The run's files cannot be written (disk full, folder removed): the last saved
     results.json is intact; the message says so in one line."""
-
-
-@dataclass
-class RunConfig:
-    backends: list[str]  # the reference first
-    workloads: list[str]
-    reference: str = REFERENCE_BACKEND  # the backend every other is compared with (compare.results.roles)
-    size: str = "default"
-    device: str = "cpu"
-    threads: int = 1
-    timeout_s: float = 1800.0
-    memory_limit_mb: int | None = None
-    cache: str = "cold"
-    cache_root: str = "tuning_logs"
-    output_dir: str = "reports"
-    workload_files: list[str] = field(default_factory=list)
-    seed: int = 0
-    timing: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    keep_work_dirs: bool = False
-    numerics_draws: int = 1  # fresh input draws for the numerics check (worst case kept)
-    calibration_batches: int = 8  # --dtype int8: seeded calibration batches, the same for every backend
-    # Fresh worker processes per cell, their samples pooled (pyperf's repeats): one process's
-    # state biases every sample it takes. In a cold run the first compiles and the others
-    # load its artifact (compare.harness.pooling.ProcessPlan).
-    processes: int = 3
-    reference_processes: int = 3  # at least this many for the eager-only reference: its own offset averages out
-    prompt_len: int | None = None  # --prompt-len: decode workloads' prompt (None: their own)
-    gen_len: int | None = None  # --gen-len: decode workloads' new tokens (None: their own)
-    batches: list[int] = field(default_factory=list)  # --batch sweep; empty: each workload's own batch
-    dtypes: list[str] = field(default_factory=lambda: ["fp32"])  # --dtype sweep
-    suite: str = "paper"  # which built-ins ran (recorded; the workloads list is what counts)
-    roofline: bool = False  # measure the machine's ceilings and place every cell under them
-    executor: str = "local"  # "local": one worker at a time here; "ray": one Ray task per cell
-    ray_address: str | None = None
-    ray_share_cores: bool = False
-    # The malloc of every worker (compare.harness.allocators): a run condition shown with the
-    # results. glibc-tuned (the default) serves large buffers from the heap and never
-    # trims it: with glibc's defaults every call that allocates a multi-MB output gets
-    # fresh mmap pages and a page-fault storm (eager LayerNorm measured 3-8x slower on
-    # a 2-core VM), which ORT's own arena hides.
-    allocator: str = "glibc-tuned"  # resolved (never "auto"): what the workers ran with
-    # Idle pool threads spin briefly ("short", environment.SHORT_SPIN_ENV) or as each
-    # runtime's default ("default"): the same for every worker, recorded.
-    thread_spin: str = "short"
-    malloc_env: dict[str, str] = field(default_factory=lambda: dict(GLIBC_TUNED_ENV))
-    # Time the cells of a workload in turns (compare.harness.interleave), so that every cell and
-    # the eager-only reference sample the same stretch of time. Local executor only.
-    interleave: bool = True
-    preset: dict[str, Any] = field(default_factory=dict)  # what the suite set where the command line did not (SUITE_DEFAULTS)
-    # After timing, each worker profiles its model with the backend's own instrument
-    # (--explain): kernels, their times and categories (compare explain).
-    explain: bool = False
-    # After timing, each worker re-times its artifact with the tool its backend's engineers
-    # use (--crosscheck): iree-benchmark-module, benchmark_app, time_evaluator, ...
-    crosscheck: bool = False
-    # Seconds of the machine probe (a compute loop and a memory copy) before and after the
-    # cells, shown in the header; 0: none.
-    noise_probe_s: float = 3.0
-    affinity: list[int] | None = None  # --affinity: the CPUs every worker is pinned to
-    # How calls are issued (--scenario): a scenario's name (compare.scenarios, one module
-    # each); "back-to-back" (each sample averages calls made one after another) by default.
-    scenario: str = "back-to-back"
-    # --scenario server: LoadGen's parameters (compare.measure.loadgen.ServerConfig's fields)
-    server: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
 
 
 class Progress(Protocol):

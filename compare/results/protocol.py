@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compare.measure.latency import LatencyStats, RecordError, checked_fields
-from compare.measure.loadgen import ServerConfig
 from compare.measure.timing import TimingConfig
 from compare.results.roles import REFERENCE
 
@@ -118,8 +117,8 @@ class CellSpec:
     fresh_store: bool = False  # the store was made empty for this process: its build is cold
     work_dir: str | None = None  # the worker's own folder (set when it is started)
     dynamic: DynamicSpec | None = None  # the dynamic-shape experiment instead of a cell
-    server: ServerConfig | None = None  # --scenario server: LoadGen's search after timing (the first process)
     scenario: str = "back-to-back"  # how calls are issued (--scenario: compare.scenarios)
+    scenario_options: dict[str, Any] = field(default_factory=dict)  # the run's (Scenario.option_values)
     prompt_len: int | None = None  # decode workloads: --prompt-len (None: the workload's own)
     gen_len: int | None = None  # decode workloads: --gen-len
 
@@ -141,9 +140,7 @@ class CellSpec:
                       "workload_files": tuple(fields["workload_files"]),
                       "affinity": None if affinity is None else tuple(affinity),
                       "timing": TimingConfig(**checked_fields(TimingConfig, fields["timing"], "the spec's timing")),
-                      "dynamic": None if fields["dynamic"] is None else DynamicSpec.from_dict(fields["dynamic"]),
-                      "server": None if fields["server"] is None else ServerConfig(
-                          **checked_fields(ServerConfig, fields["server"], "the spec's server"))})
+                      "dynamic": None if fields["dynamic"] is None else DynamicSpec.from_dict(fields["dynamic"])})
 
     @classmethod
     def from_json(cls, text: str) -> "CellSpec":

@@ -32,9 +32,9 @@ from compare.results.sections import (
     route_flat,
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Versions this dlcompare reads; older ones are migrated on load (see ``migrate``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 _INF = "__dlcompare_inf__"  # stands in for infinity until the text is written (see dumps)
 
 
@@ -360,7 +360,18 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         # v8 -> v9 nests the figures beyond the core in sections under the same names; a flat
         # cell is routed into them on load (Cell.from_dict), so only the version moves
         data = dict(data, schema_version=9, migrated_from=data.get("migrated_from", 8))
+    if data.get("schema_version") == 9:
+        data = _migrate_v9(data)
     return data
+
+
+def _migrate_v9(data: dict[str, Any]) -> dict[str, Any]:
+    """v9 -> v10: a scenario's options are the config's ``scenario_options`` (a scenario's own,
+    whichever it is), where v9 had LoadGen's as ``server`` (None in any other scenario)."""
+    config = dict(data.get("config") or {})
+    if "server" in config:
+        config["scenario_options"] = config.pop("server") or {}
+    return dict(data, config=config, schema_version=10, migrated_from=data.get("migrated_from", 9))
 
 
 def _drop_intervals(data: dict[str, Any], version: int) -> dict[str, Any]:

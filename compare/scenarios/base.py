@@ -28,13 +28,14 @@ class Panels(Protocol):
 
 
 class RunOptions(Protocol):
-    """The command line's way of declaring a scenario's run options (compare.cli): each
-    fills a RunConfig ``field`` and is checked on resume."""
+    """The command line's way of declaring a scenario's run options (compare.cli): argparse's
+    keywords; the values ``option_values`` makes of them are the run's ``scenario_options``,
+    checked on resume."""
 
     positive_int: Callable[[str], int]
     positive_float: Callable[[str], float]
 
-    def add(self, flag: str, *, field: str, **kwargs: Any) -> Any: ...
+    def add(self, flag: str, **kwargs: Any) -> Any: ...
 
 
 @dataclass
@@ -66,9 +67,10 @@ class Scenario:
     def add_options(self, options: RunOptions) -> None:
         """Declare this scenario's own run options."""
 
-    def run_fields(self, args: argparse.Namespace, chosen: bool) -> dict[str, Any]:
-        """The RunConfig fields this scenario's options set (``chosen``: the run's
-        scenario); raises ValueError for an option of it given in another scenario."""
+    def option_values(self, args: argparse.Namespace, chosen: bool) -> dict[str, Any]:
+        """This scenario's option values, plain JSON (``chosen``: the run's scenario): the run's
+        ``scenario_options``, which reach each cell's spec as they are; raises ValueError for
+        an option of it given in another scenario."""
         return {}
 
     def timing(self, timing: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:

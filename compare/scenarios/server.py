@@ -1,6 +1,7 @@
 """--scenario server (MLPerf LoadGen's Server): after the cell's usual timing, Poisson
 arrivals find the highest QPS whose p99 stays within --server-p99-ms, for the backend and
-for eager in the same worker (compare.measure.loadgen; needs dlcompare[loadgen]).
+for eager in the same worker (compare.measure.loadgen; needs dlcompare[loadgen]). Its
+options are the run's ``scenario_options`` (ServerConfig's fields).
 
 The cell's first process runs the search and records it as ``cell.scenario.server``; the report
 shows each cell's highest QPS within the bound beside eager's, with LoadGen's p99 and
@@ -37,16 +38,16 @@ class Server(Scenario):
             "stays within --server-p99-ms, for the backend and eager (needs dlcompare[loadgen])")
 
     def add_options(self, options: RunOptions) -> None:
-        options.add("--server-p99-ms", field="server", type=options.positive_float, default=None, metavar="MS",
+        options.add("--server-p99-ms", type=options.positive_float, default=None, metavar="MS",
                     help=f"--scenario server: the p99 bound every side of a cell is held to (default "
                          f"{BOUND_FACTOR:g}x eager's back-to-back median in the cell, at least {MIN_BOUND_MS:g} ms)")
-        options.add("--server-run-ms", field="server", type=options.positive_int, default=None, metavar="MS",
+        options.add("--server-run-ms", type=options.positive_int, default=None, metavar="MS",
                     help=f"--scenario server: LoadGen's minimum duration of each run (default {ServerConfig.run_ms})")
-        options.add("--server-runs", field="server", type=options.positive_int, default=None, metavar="N",
+        options.add("--server-runs", type=options.positive_int, default=None, metavar="N",
                     help=f"--scenario server: LoadGen runs per side, the QPS bisection's steps "
                          f"(default {ServerConfig.runs})")
 
-    def run_fields(self, args: argparse.Namespace, chosen: bool) -> dict[str, Any]:
+    def option_values(self, args: argparse.Namespace, chosen: bool) -> dict[str, Any]:
         """ServerConfig's fields, defaults filled in; a --server-* flag without --scenario
         server is a usage error, not a flag quietly ignored."""
         given = {field: getattr(args, flag) for flag, field in SERVER_FLAGS.items()
@@ -56,12 +57,11 @@ class Server(Scenario):
                 flag = next(flag for flag, field in SERVER_FLAGS.items() if field in given)
                 raise ValueError(f"--{flag.replace('_', '-')} applies to --scenario server only")
             return {}
-        return {"server": asdict(ServerConfig(**given))}
+        return asdict(ServerConfig(**given))
 
     def before_torch(self, spec: CellSpec) -> None:
         # a missing LoadGen costs nothing to find before torch loads
-        if spec.server is not None:
-            require_loadgen()
+        require_loadgen()
 
     def after_timing(self, compiled: Any, prepared: Any, setup: Any, spec: CellSpec, timed: dict[str, Any],
                      emit: Callable[..., None]) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def serve_under_loadgen(compiled, prepared, setup: Any, spec: CellSpec, timed: d
     """The cell's first process: LoadGen's Server scenario against the compiled call and,
     in the same worker, eager (compare.measure.loadgen), after timing. Each side's search
     starts from its back-to-back median just timed."""
-    if spec.server is None or spec.process_index != 0:
+    if spec.process_index != 0:  # the cell keeps its first process's search
         return None
     from adapters.eager import TorchCompiled
     from compare.measure.loadgen import Served, measure_server
@@ -118,7 +118,7 @@ def serve_under_loadgen(compiled, prepared, setup: Any, spec: CellSpec, timed: d
         eager = TorchCompiled(setup.reference_model, spec.device)
         sides.append(served(REFERENCE_SIDE, eager.run, eager.prepare(setup.inputs), eager.synchronize, eager_ms))
     out_dir = Path(spec.work_dir or ".") / "loadgen"
-    return measure_server(sides, eager_ms, spec.server, out_dir,
+    return measure_server(sides, eager_ms, ServerConfig(**spec.scenario_options), out_dir,
                           on_run=lambda side, run: emit(phase=f"server {side} {run['target_qps']:.4g} qps"))
 
 
@@ -166,7 +166,7 @@ def server_rows(results: RunResults) -> list[dict[str, Any]]:
 
 def server_conditions(config: dict[str, Any]) -> str:
     """The scenario's parameters for the header's conditions ('' when not a server run)."""
-    server = config.get("server")
+    server = config.get("scenario_options")
     if config.get("scenario") != "server" or not server:
         return ""
     bound = (f"p99 within {server['p99_ms']:g} ms" if server.get("p99_ms") is not None else
