@@ -66,6 +66,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     if size_unset and args.size != "default":
         preset["size"] = args.size
     _check_options(args)
+    args.scenario = _run_scenario(args, workloads)
     allocator, malloc_env = _allocator(args)
     affinity = _checked_affinity(args.affinity)
     copied = {field: getattr(args, dest) for dest, field in args.copied_fields}  # cli: _arg(copy=True)
@@ -133,6 +134,28 @@ def _timing(args: argparse.Namespace) -> dict:
     timing = {"budget_s": args.time_budget, "min_samples": args.min_samples,
               "sample_warmup": args.sample_warmup == "on"}
     return scenario(getattr(args, "scenario", DEFAULT)).timing(timing, args)
+
+
+def _run_scenario(args: argparse.Namespace, workloads: list) -> str:
+    """The run's scenario: the one asked for, or the one that claims every chosen workload
+    (``Scenario.claims``: the decoders generate); a claimed workload's cells run its claimer
+    in any run, and a scenario that claims workloads runs only those."""
+    from compare.scenarios import DEFAULT, Scenario, claiming, scenario
+
+    asked = getattr(args, "scenario", None) or DEFAULT
+    owner = {w.name: getattr(claiming(w.tags), "name", None) for w in workloads}
+    if type(scenario(asked)).claims is not Scenario.claims:  # a scenario that claims its workloads
+        wrong = [name for name, claimer in owner.items() if claimer != asked]
+        if wrong:
+            raise UsageError(f"--scenario {asked} runs only the workloads it claims; {wrong[0]} is not one")
+        return asked
+    owners = set(owner.values())
+    if len(owners) != 1 or None in owners:
+        return asked
+    (claimer,) = owners
+    if "--scenario" in getattr(args, "explicit", set()) and asked != claimer:
+        raise UsageError(f"--scenario {asked}: {', '.join(owner)} run only under --scenario {claimer}")
+    return claimer
 
 
 def _scenario_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -106,4 +106,4 @@ def test_run_help_prints_the_options_in_sections(capsys):
         cli.build_parser().parse_args(["run", "--help"])
     sections = [line.rstrip(":") for line in capsys.readouterr().out.splitlines() if line and not line[0].isspace()]
     assert sections[1:] == ["options", "selection", "execution", "sampling", "conditions", "outputs",
-                            "backend options", "instruments"]
+                            "instruments", "backend options"]

@@ -95,7 +95,7 @@ def _decode_record(step_ms, ttft_ms, agree=True, diverged=None, recompiles=0):
 
 @pytest.mark.unit
 def test_decode_figures_from_known_samples():
-    from compare.results.derived import fill_decode
+    from compare.scenarios.decode import fill_decode
 
     steps = [1.0] * 98 + [5.0, 9.0]  # 100 steps: p99 is the 99th smallest
     cell = Cell.from_flat(workload="gpt2_decode", backend="ort", status="ok",
@@ -115,7 +115,7 @@ def test_decode_figures_from_known_samples():
 @pytest.mark.unit
 def test_prefill_and_decode_tokens_per_second_from_known_step_times():
     """llama-bench's pp and tg: prompt 8 tokens, 4 new (3 decode steps) per generation."""
-    from compare.results.derived import fill_decode
+    from compare.scenarios.decode import fill_decode
 
     # Two generations each side: prefills of 4 and 8 ms; decode steps of 1 ms, then 2 ms.
     cell = Cell.from_flat(workload="gpt2_decode", backend="ort", status="ok", latency=LatencyStats.from_ms([7.0, 14.0], 1),

@@ -116,11 +116,12 @@ def test_a_run_option_reaches_the_worker_through_its_field_of_the_same_name(tmp_
                       "--seed", "5", "--numerics-draws", "3", "--calibration-batches", "2", "--explain"])
     made = config.make_config(args)
     spec = CellSpecs(made).spec(builtin_workloads()["mlp"], "eager")
-    assert {"seed", "numerics_draws", "calibration_batches", "explain", "threads", "scenario"} <= set(shared_fields(type(made)))
+    assert {"seed", "numerics_draws", "calibration_batches", "explain", "threads"} <= set(shared_fields(type(made)))
     assert not set(shared_fields(type(made))) & set(SPEC_DERIVED)
     for name in shared_fields(type(made)):
         assert getattr(spec, name) == getattr(made, name), name
     assert (spec.seed, spec.numerics_draws, spec.calibration_batches, spec.explain) == (5, 3, 2, True)
+    assert (spec.scenario, spec.scenario_options) == (made.scenario, made.scenario_options)  # mlp: the run's
 
 
 def test_each_flagged_field_is_the_one_declaration_of_its_flag():

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MECHANICS = ("compare/measure",)
 
 
-BUILT_IN = ["back-to-back", "single-stream", "offline", "server"]
+BUILT_IN = ["back-to-back", "single-stream", "offline", "server", "decode"]
 
 
 def test_the_registry_lists_every_scenario_in_order():
@@ -65,8 +65,11 @@ def test_the_command_line_offers_every_scenario(tmp_path):
     action = next(a for a in sub.choices["run"]._actions if "--scenario" in a.option_strings)
     assert list(action.choices) == list(scenarios()) and action.default == DEFAULT
     assert all(f"{s.name}: {s.help}" in action.help for s in scenarios().values())
-    for name in scenarios():
-        assert cli.make_config(cli.parse(["--scenario", name, "--output-dir", str(tmp_path / name)])).scenario == name
+    for name, each in scenarios().items():
+        # a scenario that claims workloads (decode: the decoders) runs only those
+        claimed = ["--suite", "llm", "--size", "small"] if type(each).claims is not BaseScenario.claims else []
+        argv = ["--scenario", name, *claimed, "--output-dir", str(tmp_path / name)]
+        assert cli.make_config(cli.parse(argv)).scenario == name
 
 
 def _generic_files() -> list[Path]:
@@ -129,7 +132,7 @@ def test_an_installed_package_adds_a_scenario_through_its_entry_point(monkeypatc
 
     class Burst(BaseScenario):
         name = "burst"
-        rank = 50
+        rank = 500
 
     class Impostor(BaseScenario):
         name = "offline"  # a built-in name is never replaced
@@ -145,3 +148,25 @@ def test_an_installed_package_adds_a_scenario_through_its_entry_point(monkeypatc
         monkeypatch.undo()
         registry.scenarios.cache_clear()
     assert "burst" not in registry.scenarios()
+
+
+def test_a_decoder_runs_the_decode_scenario_whatever_the_runs(tmp_path):
+    """Decode claims the decoders (their tag): --suite llm runs it, a mixed run gives their
+    cells alone to it, and another scenario asked for the decoders alone is a usage error."""
+    from compare import cli
+    from compare.config import UsageError
+    from compare.harness.cells import CellSpecs
+    from workloads import resolve_workloads
+
+    def made(*argv):
+        return cli.make_config(cli.parse([*argv, "--size", "small", "--output-dir", str(tmp_path)]))
+
+    assert made("--suite", "llm").scenario == "decode"
+    mixed = made("--suite", "all", "--scenario", "single-stream")
+    specs = {w.name: CellSpecs(mixed).spec(w, "eager") for w in resolve_workloads(None, [], "all")}
+    assert specs.pop("gpt2_decode").scenario == "decode"  # the toy decoder of the hand-written suites
+    assert {s.scenario for s in specs.values()} == {"single-stream"}
+    with pytest.raises(UsageError, match="run only under --scenario decode"):
+        made("--suite", "llm", "--scenario", "offline")
+    with pytest.raises(UsageError, match="--scenario decode runs only the workloads it claims; mlp is not one"):
+        made("--scenario", "decode", "--workloads", "mlp")

@@ -162,8 +162,9 @@ def test_affinity_is_parsed_and_checked(tmp_path):
     import os
 
     from compare import cli
+    from compare.harness.run_config import cpu_list
 
-    assert cli._cpu_list("0-2,5,1") == [0, 1, 2, 5]
+    assert cpu_list("0-2,5,1") == [0, 1, 2, 5]
     allowed = sorted(os.sched_getaffinity(0))
     config = cli.make_config(cli.parse(["--backends", "ort", "--affinity", str(allowed[0]), "--output-dir", str(tmp_path)]))
     assert config.affinity == [allowed[0]] and config.threads == 1  # threads follow the pinned CPUs

@@ -14,6 +14,7 @@ from compare.results import protocol
 from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
 from compare.results.roles import role_of
 from compare.results.schema import Cell, variant_label
+from compare.scenarios import cell_scenario
 
 ALLOCATOR_VARS = ("LD_PRELOAD",)
 
@@ -44,7 +45,7 @@ def variant_key(workload, size: str, batch: int | None, dtype: str) -> str:
 
 
 # CellSpec fields made here from the run's config, not copied from its field of that name
-SPEC_DERIVED = ("workload_files", "timing", "cache_root", "affinity", "interleave")
+SPEC_DERIVED = ("workload_files", "timing", "cache_root", "affinity", "interleave", "scenario", "scenario_options")
 
 
 def shared_fields(config_type: type) -> tuple[str, ...]:
@@ -76,6 +77,7 @@ class CellSpecs:
              interleave: bool = False, dynamic: DynamicSpec | None = None) -> CellSpec:
         """Everything a worker needs to measure one cell. Raises for an invalid user workload."""
         cfg = self.config
+        scenario = cell_scenario(workload.tags, cfg.scenario)  # a decoder's cells generate, whatever the run's
         return CellSpec(
             **{name: getattr(cfg, name) for name in shared_fields(type(cfg))},  # the run's value as it is
             workload=workload.name,
@@ -92,6 +94,8 @@ class CellSpecs:
             # an experiment counts no work: its record has no roofline
             count_work=dynamic is None,
             dynamic=dynamic,
+            scenario=scenario,
+            scenario_options=dict(cfg.scenario_options) if scenario == cfg.scenario else {},
         )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:

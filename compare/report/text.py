@@ -13,7 +13,6 @@ from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
 from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
-from compare.results.roles import REFERENCE_SIDE
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 from compare.scenarios import DEFAULT, ReportSection, scenarios
 
@@ -346,55 +345,6 @@ def libraries_line(results: RunResults) -> str | None:
     return "GEMM and convolution libraries: " + "; ".join(parts) + "."
 
 
-def _fmt_ms_or_dash(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def _decode_side(decode: dict[str, Any]) -> dict[str, str]:
-    tpot = decode.get("tpot_ms") or {}
-    return {"pp t/s": _fmt_rate(decode.get("pp_tokens_per_s")), "tg t/s": _fmt_rate(decode.get("tg_tokens_per_s")),
-            "TTFT ms": _fmt_ms_or_dash(decode.get("ttft_ms")), "TPOT p50 ms": _fmt_ms_or_dash(tpot.get("p50")),
-            "TPOT p99 ms": _fmt_ms_or_dash(tpot.get("p99"))}
-
-
-def _fmt_rate(figure: dict[str, Any] | None) -> str:
-    """llama-bench's form: mean ± sd over generations."""
-    if not figure or figure.get("mean") is None:
-        return "-"
-    sd = figure.get("sd")
-    return f"{figure['mean']:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
-
-
-def _fmt_rate_speedup(speedup: dict[str, Any] | None) -> str:
-    if not speedup:
-        return "-"
-    lo, hi = speedup["ci"]
-    return f"{speedup['value']:.2f}x [{lo:.2f}, {hi:.2f}]"
-
-
-def _decode_tokens(decode: dict[str, Any]) -> str:
-    accuracy = decode.get("accuracy_vs_fp32")
-    if accuracy:  # weight-only, bf16 and fp16: read on fp32 eager's sequence
-        kl = accuracy.get("mean_kl")
-        weights = "trained" if str(accuracy.get("note", "")).startswith("trained") else "random"
-        eager = decode.get("eager_accuracy_vs_fp32")  # bf16/fp16: eager at the cell's precision, read alike
-        beside = f" (eager at this precision {eager['top1_agreement']:.0%})" if eager else ""
-        parted = ("" if not eager or decode.get("token_ids_agree")
-                  else f"; parts from its eager's tokens at {decode.get('first_divergent_step')}")
-        return (f"vs fp32 eager: top-1 {accuracy['top1_agreement']:.0%}{beside}, mean KL "
-                f"{'-' if kl is None else f'{kl:.3g}'} ({weights} weights){parted}")
-    if decode.get("token_ids_agree"):
-        return "agree"
-    return f"differ from token {decode.get('first_divergent_step')}"
-
-
-def _own_rates(own: dict[str, Any] | None) -> str:
-    """The runtime's own prompt and generation rates (llama.cpp's counters), where it keeps them."""
-    if not own or own.get("pp_tokens_per_s") is None or own.get("tg_tokens_per_s") is None:
-        return "-"
-    return f"{own['pp_tokens_per_s']:.4g} / {own['tg_tokens_per_s']:.4g}"
-
-
 def decode_failure_markdown(results: RunResults) -> list[str]:
     """The decode cells whose prefill or decode step failed to lower, each with its reproducer."""
     from compare.report.reproducers import decode_failures
@@ -408,49 +358,6 @@ def decode_failure_markdown(results: RunResults) -> list[str]:
             "Each script builds the decoder as the cell did (transformers' model from its config, seeded "
             "random weights, the explicit-cache wrapper inline) and lowers the failing module with the "
             "backend's own API alone."]
-
-
-def decode_rows(results: RunResults) -> list[dict[str, Any]]:
-    """--suite llm: per decode cell, the backend's figures, the in-cell eager's, and whether
-    the greedy token ids agree with eager's."""
-    rows = []
-    for cell in results.cells:
-        decode = cell.scenario.decode
-        if cell.status != "ok" or not decode or "ttft_ms" not in decode:
-            continue
-        eager = {f"eager {k}": "-" if cell.is_reference else v
-                 for k, v in _decode_side(decode.get(REFERENCE_SIDE) or {}).items() if k in ("pp t/s", "tg t/s")}
-        rows.append({"workload": cell.label, "backend": cell.backend, **_decode_side(decode), **eager,
-                     "pp vs eager": _fmt_rate_speedup(decode.get("pp_speedup")),
-                     "tg vs eager": _fmt_rate_speedup(decode.get("tg_speedup")),
-                     "steps": (decode.get("tpot_ms") or {}).get("n"), "token ids": _decode_tokens(decode),
-                     "its own pp/tg t/s": _own_rates(decode.get("own_timings")),
-                     "recompiles": decode.get("recompiles")})
-    if all(row["its own pp/tg t/s"] == "-" for row in rows):  # no runtime here keeps its own counters
-        for row in rows:
-            del row["its own pp/tg t/s"]
-    return rows
-
-
-def decode_heading(results: RunResults) -> str:
-    """The decode table's title: prompt length, new tokens and cache length (those of the
-    first decode cell; a run has one size)."""
-    decode = next(c.scenario.decode for c in results.cells if c.scenario.decode)
-    return (f"## LLM decode (prompt {decode['prompt_len']} tokens, {decode['new_tokens']} new tokens, "
-            f"max length {decode['max_len']}, batch {decode.get('batch', 1)}, KV cache {decode['cache']})")
-
-
-DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token (TTFT: its median), then one "
-               "decode step per further token (TPOT: p50 and p99 over every timed step, p99 from 100 steps). "
-               "Both modules are compiled by the backend with static shapes, the KV cache padded to the "
-               "maximum length, so nothing recompiles ('recompiles' counts dynamo's compiles during the "
-               "generations). Converting inputs and outputs between steps, and the argmax, are inside the "
-               "clock, for eager too. As llama-bench reports them, mean ± sd over the timed generations: pp "
-               "t/s = prompt tokens x batch / the prefill's time (time to first token), tg t/s = the decode "
-               "steps x batch / their time (llama-bench's tg starts from an empty context; here it follows the "
-               "prompt). 'vs eager': the backend's median rate over eager's, with its 95 % interval (the "
-               "generations of a round paired). Whole generations of eager and the backend alternate in the "
-               "same workers; the cell table's latency is one generation.")
 
 
 def scenario_sections(results: RunResults) -> list[ReportSection]:
@@ -496,9 +403,6 @@ def summary_markdown(results: RunResults) -> str:
     for section in scenario_sections(results):
         lines += ["", f"## {section.title}", "", pd.DataFrame(section.rows).to_markdown(index=False),
                   *(["", section.note] if section.note else [])]
-    decodes = decode_rows(results)
-    if decodes:
-        lines += ["", decode_heading(results), "", pd.DataFrame(decodes).to_markdown(index=False), "", DECODE_NOTE]
     lines += decode_failure_markdown(results)
     lines += int8_markdown(results)
     lines += explain_markdown(results)
@@ -557,9 +461,8 @@ def rich_geomean_table(results: RunResults):
 
 
 def rich_extra_tables(results: RunResults) -> list:
-    """The tables printed below the cells: geometric means, each scenario's, decode."""
-    geo, decodes = rich_geomean_table(results), decode_rows(results)
+    """The tables printed below the cells: geometric means, then each scenario's."""
+    geo = rich_geomean_table(results)
     return ([geo] if geo is not None else []) + [
         _rich_rows_table(section.rich_title or section.title.lower(), section.rows)
-        for section in scenario_sections(results)] + (
-        [_rich_rows_table(decode_heading(results).removeprefix("## "), decodes)] if decodes else [])
+        for section in scenario_sections(results)]

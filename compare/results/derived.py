@@ -18,11 +18,10 @@ from compare.measure.stats import (
     break_even_calls,
     paired_bootstrap_medians,
     process_speedups,
-    request_percentiles,
     speedup_and_break_even,
 )
 from compare.results import extensions
-from compare.results.roles import REFERENCE_BACKEND, REFERENCE_SIDE
+from compare.results.roles import REFERENCE_BACKEND
 from compare.results.schema import Cell, RunResults
 
 AMORTIZATION_CALLS = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]
@@ -101,18 +100,6 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
         cell.costs.break_even_note = None
 
 
-def bench_rates(parts: dict[str, list[float]], decode: dict[str, Any]) -> dict[str, list[float]]:
-    """llama-bench's two rates per timed generation: ``pp``, prompt tokens per second of
-    its prefill (time to first token), and ``tg``, tokens per second of its decode steps
-    (the ``new_tokens - 1`` steps after the first token), each times the batch."""
-    batch, steps = decode.get("batch", 1), decode["new_tokens"] - 1
-    pp = [decode["prompt_len"] * batch / (ms / 1e3) for ms in parts["ttft_ms"] if ms > 0]
-    step_ms = parts["step_ms"]
-    chunks = [step_ms[i:i + steps] for i in range(0, len(step_ms), steps)] if steps > 0 else []
-    tg = [steps * batch / (sum(chunk) / 1e3) for chunk in chunks if len(chunk) == steps and sum(chunk) > 0]
-    return {"pp": pp, "tg": tg}
-
-
 def rate_figure(rates: list[float]) -> dict[str, float | int | None]:
     """Mean ± standard deviation over generations, as llama-bench reports t/s over repetitions."""
     return {"mean": statistics.fmean(rates) if rates else None,
@@ -129,35 +116,6 @@ def rate_speedup(rates: list[float], eager_rates: list[float], groups: list[int]
     ratios = cand / ref
     return {"value": statistics.median(rates) / statistics.median(eager_rates),
             "ci": [float(np.quantile(ratios, INTERVAL_TAIL)), float(np.quantile(ratios, 1 - INTERVAL_TAIL))]}
-
-
-def decode_summary(parts: dict[str, list[float]], generation_ms: float, decode: dict[str, Any]) -> dict[str, Any]:
-    """One side's decode figures: the median time to first token, the per-step p50 and p99
-    (observed steps, pooled over every timed generation; p99 needs 100 steps, else None),
-    the tokens of a generation (over the batch) per second of its median, and llama-bench's
-    pp and tg rates (mean ± sd over generations)."""
-    steps = parts["step_ms"]
-    pct = request_percentiles(steps) if steps else {"p50": None, "p99": None, "n": 0}
-    tokens = decode["new_tokens"] * decode.get("batch", 1)
-    rates = bench_rates(parts, decode)
-    return {"ttft_ms": statistics.median(parts["ttft_ms"]) if parts["ttft_ms"] else None,
-            "tpot_ms": {"p50": pct["p50"], "p99": pct["p99"], "n": pct["n"]},
-            "tokens_per_s": tokens / (generation_ms / 1e3) if generation_ms else None,
-            "pp_tokens_per_s": rate_figure(rates["pp"]), "tg_tokens_per_s": rate_figure(rates["tg"])}
-
-
-def fill_decode(cell: Cell) -> None:
-    """--suite llm: the backend's and the in-cell eager's decode figures from the pooled
-    samples (the cell's latency and eager latency are whole generations)."""
-    decode, samples = cell.scenario.decode, (cell.scenario.decode or {}).get("samples")
-    if decode is None or not samples or cell.latency is None or cell.eager_latency is None:
-        return
-    decode.update(decode_summary(samples["backend"], cell.latency.median, decode))
-    decode[REFERENCE_SIDE] = decode_summary(samples[REFERENCE_SIDE], cell.eager_latency.median, decode)
-    if not cell.is_reference:
-        rates, eager = bench_rates(samples["backend"], decode), bench_rates(samples[REFERENCE_SIDE], decode)
-        for name in ("pp", "tg"):
-            decode[f"{name}_speedup"] = rate_speedup(rates[name], eager[name], cell.spread.process_samples)
 
 
 def fill_speedup_vs_fp32(cell: Cell) -> None:
@@ -197,7 +155,6 @@ def fill_derived(results: RunResults) -> None:
         for fill_scenario_figures in extensions.cell_figures():
             fill_scenario_figures(cell, results.config)
         fill_speedup_vs_fp32(cell)
-        fill_decode(cell)
         cell.spread.eager_only_ms = eager_only.get(cell.label)
         if cell.spread.eager_only_ms and cell.eager_median_ms:
             cell.spread.reference_deviation = cell.eager_median_ms / cell.spread.eager_only_ms - 1

@@ -17,7 +17,7 @@ from compare.measure.latency import LatencyStats, RecordError
 from compare.results import extensions
 from compare.results.files import atomic_write_text
 from compare.results.protocol import PROCESS_ONLY, STATS_FIELDS, STATUSES, TRANSIENT_STATUSES, CellMeasurement
-from compare.results.roles import REFERENCE, REFERENCE_SIDE, ROLES, role_of
+from compare.results.roles import REFERENCE, ROLES, role_of
 from compare.results.sections import (
     SECTIONS,
     Conditions,
@@ -293,39 +293,10 @@ def cell_row(cell: Cell) -> dict[str, Any]:
     }
     for scenario_columns in extensions.cell_columns():
         row.update(scenario_columns(cell))
-    row.update(decode_columns(cell.scenario.decode))
     for phase, seconds in cell.costs.compile_phases.items():
         row[f"phase_{phase}_s"] = seconds
     return row
 
-
-def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
-    """--suite llm: the decode figures as CSV columns (none for other cells)."""
-    if not decode:
-        return {}
-    row = {f"decode_{name}": decode.get(name) for name in ("prompt_len", "new_tokens", "max_len", "cache",
-                                                            "recompiles", "token_ids_agree", "first_divergent_step")}
-    for prefix, side in (("decode", decode), ("decode_eager", decode.get(REFERENCE_SIDE) or {})):
-        tpot = side.get("tpot_ms") or {}
-        row.update({f"{prefix}_ttft_ms": side.get("ttft_ms"), f"{prefix}_tpot_p50_ms": tpot.get("p50"),
-                    f"{prefix}_tpot_p99_ms": tpot.get("p99"), f"{prefix}_tokens_per_s": side.get("tokens_per_s")})
-        for rate in ("pp", "tg"):
-            figure = side.get(f"{rate}_tokens_per_s") or {}
-            row.update({f"{prefix}_{rate}_tokens_per_s_mean": figure.get("mean"),
-                        f"{prefix}_{rate}_tokens_per_s_sd": figure.get("sd")})
-    own = decode.get("own_timings") or {}  # the runtime's own counters (llama.cpp)
-    row.update({"decode_own_pp_tokens_per_s": own.get("pp_tokens_per_s"),
-                "decode_own_tg_tokens_per_s": own.get("tg_tokens_per_s")})
-    accuracy = decode.get("accuracy_vs_fp32") or {}
-    row.update({"decode_top1_agreement_vs_fp32": accuracy.get("top1_agreement"),
-                "decode_mean_kl_vs_fp32": accuracy.get("mean_kl"),
-                "decode_eager_top1_agreement_vs_fp32": (decode.get("eager_accuracy_vs_fp32") or {}).get("top1_agreement")})
-    for rate in ("pp", "tg"):
-        speedup = decode.get(f"{rate}_speedup") or {}
-        ci = speedup.get("ci") or [None, None]
-        row.update({f"decode_{rate}_speedup": speedup.get("value"), f"decode_{rate}_speedup_lo": ci[0],
-                    f"decode_{rate}_speedup_hi": ci[1]})
-    return row
 
 
 def cells_frame(results: RunResults):

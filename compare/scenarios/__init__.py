@@ -16,7 +16,8 @@ from compare.results import extensions
 
 from .base import Panels, ReportSection, Scenario
 
-__all__ = ["DEFAULT", "Panels", "ReportSection", "Scenario", "scenario", "scenario_names", "scenarios"]
+__all__ = ["DEFAULT", "Panels", "ReportSection", "Scenario", "cell_scenario", "claiming", "scenario", "scenario_names",
+           "scenarios"]
 
 DEFAULT = "back-to-back"  # the scenario of a run, or of a record, that names none
 ENTRY_POINT_GROUP = "dlcompare.scenarios"
@@ -40,6 +41,17 @@ def scenario(name: str | None) -> Scenario:
         return scenarios()[name or DEFAULT]
     except KeyError:
         raise ValueError(f"unknown scenario {name!r} (known: {', '.join(scenarios())})") from None
+
+
+def claiming(tags: tuple[str, ...]) -> Scenario | None:
+    """The scenario that claims a workload with these tags (``Scenario.claims``), if one does."""
+    return next((s for s in scenarios().values() if s.claims(tuple(tags))), None)
+
+
+def cell_scenario(tags: tuple[str, ...], run_scenario: str) -> str:
+    """The scenario a cell of a workload with these tags runs in a run of ``run_scenario``."""
+    claimer = claiming(tags)
+    return claimer.name if claimer is not None else run_scenario
 
 
 def _register() -> None:

@@ -62,8 +62,16 @@ class Scenario:
     name: str = ""
     help: str = ""  # --scenario's help for this choice
     rank: int = 100  # the order of --scenario's choices and help; the default scenario first
+    # "module:function" that measures this scenario's cells in a worker, in place of the
+    # generic steps (compare.worker.steps), for a scenario whose cell is not one timed call
+    worker: str | None = None
 
     # the command line and the run's configuration
+    def claims(self, tags: tuple[str, ...]) -> bool:
+        """True: every cell of a workload with these tags runs this scenario, whatever the
+        run's (decode: a decoder's cells generate)."""
+        return False
+
     def add_options(self, options: RunOptions) -> None:
         """Declare this scenario's own run options."""
 

@@ -1,15 +1,23 @@
 """``python -m compare.worker SPEC RESULT``: the worker's entry point, which composes what a
-spec asks for (an experiment, a decode cell or any other cell) from the layers below it."""
+spec asks for (an experiment, a cell of a scenario with a worker of its own such as
+decode's, or any other cell) from the layers below it."""
+import importlib
 import sys
 
 from compare.experiments import dynamic
 from compare.results.protocol import CellMeasurement, CellSpec
-from compare.worker.decode import measure_cell
-from compare.worker.steps import main
+from compare.scenarios import scenario
+from compare.worker.steps import main, measure_cell
 
 
 def measure(spec: CellSpec) -> CellMeasurement:
-    return dynamic.measure_cell(spec) if spec.dynamic is not None else measure_cell(spec)
+    if spec.dynamic is not None:
+        return dynamic.measure_cell(spec)
+    own = scenario(spec.scenario).worker  # "module:function"
+    if own is None:
+        return measure_cell(spec)
+    module, _, function = own.partition(":")
+    return getattr(importlib.import_module(module), function)(spec)
 
 
 if __name__ == "__main__":

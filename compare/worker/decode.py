@@ -1,4 +1,5 @@
-"""The LLM decode cell (``--suite llm``, workloads tagged ``workloads.llm.LLM_TAG``).
+"""The LLM decode cell: the worker of the decode scenario (``compare.scenarios.decode``,
+which claims the workloads tagged ``workloads.llm.LLM_TAG``: ``--suite llm``).
 
 In the worker, in order: the decoder and its prompt; the backend's imports; its
 ``prefill`` and ``decode_step`` modules each compiled through the backend's own
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -33,22 +33,9 @@ CACHE_STRATEGY = "static-padded"
 
 
 def measure_cell(spec: CellSpec) -> protocol.CellMeasurement:
-    """The worker's entry: a decode cell here, every other cell as ``steps.measure_cell``.
-    The workload is looked up after ``prepare_worker``, which sets the environment torch reads
-    at import (and looking it up imports torch)."""
-    process_cpus = os.sched_getaffinity(0)  # before any backend's pool binds a thread
+    """The decode scenario's worker (``compare.scenarios.decode``): one decode cell."""
     backend, ctx, torch_import_s = steps.prepare_worker(spec)
-    if is_decode_cell(spec):
-        return measure(spec, backend, ctx, torch_import_s)
-    return steps.measure_prepared(spec, backend, ctx, torch_import_s, process_cpus)
-
-
-def is_decode_cell(spec: CellSpec) -> bool:
-    from workloads import resolve_workloads
-    from workloads.llm import LLM_TAG
-
-    (workload,) = resolve_workloads([spec.workload], list(spec.workload_files))
-    return LLM_TAG in workload.tags
+    return measure(spec, backend, ctx, torch_import_s)
 
 
 @dataclass
