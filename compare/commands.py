@@ -83,15 +83,16 @@ def history_path(args: argparse.Namespace, output_dir: str) -> Path:
 
 
 def run_estimate(runner, args: argparse.Namespace, stored):
-    """How long the cells still to run will take, from what they took here before."""
+    """How long the cells still to run will take, from what they took here before (else in
+    the reference run shipped with dlcompare)."""
     from compare.harness.environment import cpu_model
-    from compare.harness.estimate import estimate, past_wall_s
+    from compare.harness.estimate import estimate, past_wall_s, reference_walls
 
     cfg = runner.config
     plan = [cell for cell in runner.plan() if stored is None or stored.cell(*cell) is None]
     past = past_wall_s(history_path(args, cfg.output_dir), cpu_model(), cfg.threads)
     floor_s = max(cfg.processes, 1) * float(cfg.timing.get("budget_s") or 0.0)
-    return estimate(plan, cfg.size, cfg.device, past, floor_s)
+    return estimate(plan, cfg.size, cfg.device, past, floor_s, reference_walls(), cfg.threads)
 
 
 class RichProgress:

@@ -59,3 +59,32 @@ def test_a_history_from_before_wall_times_gains_the_column(tmp_path):
     assert past_wall_s(db, "cpu A", 2) == {}  # read-only: no column yet, no basis, no error
     _record(db, tmp_path, "cpu A", {("bert_base", "ort", None): 42.0})
     assert past_wall_s(db, "cpu A", 2) == {("bert_base", "ort", "default", "cpu"): 42.0}
+
+
+def test_cells_never_run_here_count_at_the_reference_runs_times_at_its_thread_count(tmp_path):
+    import json
+
+    from compare.harness.estimate import ReferenceWalls, reference_walls
+
+    path = tmp_path / "walls.json"
+    path.write_text(json.dumps({"source": "docs/results/x.md", "machine": "cpu Z (AVX-512), 2 threads", "threads": 2,
+                                "cells": {"bert_base|eager|default|cpu": 30.0, "bert_base|ort|default|cpu": 90.0}}))
+    reference = reference_walls(path)
+    assert isinstance(reference, ReferenceWalls) and reference.walls[("bert_base", "ort", "default", "cpu")] == 90.0
+    past = {("bert_base", "eager", "default", "cpu"): 50.0}  # this machine's own time wins
+    est = estimate(PLAN, "default", "cpu", past, floor_s=3.0, reference=reference, threads=2)
+    assert (est.seen, est.from_reference, est.seconds) == (1, 1, 50.0 + 90.0 + 70.0)  # llama[b4]: their median
+    assert est.line() == ("estimate: 4 min for 3 cells (1 as long as they took in earlier runs on this CPU; 1 as long "
+                          "as in the reference run (cpu Z (AVX-512), 2 threads: docs/results/x.md); 1 never run here, "
+                          "counted at their median 70 s)")
+    assert estimate(PLAN, "default", "cpu", {}, floor_s=3.0, reference=reference, threads=4).floor_only
+    assert reference_walls(tmp_path / "missing.json") is None
+
+
+def test_the_shipped_reference_run_loads():
+    from compare.harness.estimate import REFERENCE_FILE, reference_walls
+
+    if not REFERENCE_FILE.exists():
+        pytest.skip("no reference run shipped")
+    reference = reference_walls()
+    assert reference is not None and reference.walls and reference.source.startswith("docs/results/")

@@ -2,19 +2,49 @@
 
 The basis is what the same cells took before on this machine: the wall seconds of each
 cell (spawn to exit, over its processes) kept in the history database. A cell never run
-here is counted at the median of the cells that were, and where none was, at the floor
-its timing budget sets (compile time unknown): the line says which.
+here is counted at what it took in the reference run shipped with dlcompare
+(``reference_walls.json``, made by ``scripts/reference_walls.py`` from a dated run in
+docs/results/, on the machine it names), else at the median of the cells that were, and
+where none was, at the floor its timing budget sets (compile time unknown): the line says
+which.
 """
 from __future__ import annotations
 
+import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 from compare.results.history import CellKey, past_wall_s
 from compare.results.schema import variant_label
 
-__all__ = ["Estimate", "estimate", "past_wall_s"]
+__all__ = ["Estimate", "ReferenceWalls", "estimate", "past_wall_s", "reference_walls"]
+
+REFERENCE_FILE = Path(__file__).with_name("reference_walls.json")
+
+
+@dataclass(frozen=True)
+class ReferenceWalls:
+    """Each cell's wall seconds in one dated run (any status: a timeout costs its limit)."""
+    source: str  # the docs/results page of the run
+    machine: str  # its CPU and thread count, as the line states them
+    threads: int  # a run at another thread count takes other times: not a basis
+    walls: dict[CellKey, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReferenceWalls":
+        walls = {tuple(key.split("|")): float(wall) for key, wall in data["cells"].items()}
+        return cls(source=data["source"], machine=data["machine"], threads=int(data["threads"]),
+                   walls=walls)  # type: ignore[arg-type]
+
+
+def reference_walls(path: Path = REFERENCE_FILE) -> ReferenceWalls | None:
+    """The shipped reference run's wall times, or None when there is none (or it is unreadable)."""
+    try:
+        return ReferenceWalls.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -22,28 +52,39 @@ class Estimate:
     cells: int
     seconds: float
     seen: int  # cells with a past wall time on this CPU and thread count
-    unseen_each_s: float  # what each unseen cell was counted at
-    floor_only: bool  # True: no past cell at all, the figure is the timing budgets alone
+    unseen_each_s: float  # what each cell with no basis was counted at
+    floor_only: bool  # True: no basis at all, the figure is the timing budgets alone
+    from_reference: int = 0  # cells counted at the reference run's wall time
+    reference: str = ""  # that run's machine and page
 
     def line(self) -> str:
         total = _duration(self.seconds)
         if self.floor_only:
             return (f"estimate: at least {total} for {self.cells} cells (their timing budgets; no earlier run of "
                     "them on this CPU says what compiling takes)")
-        unseen = self.cells - self.seen
-        rest = f"; {unseen} never run here, counted at their median {self.unseen_each_s:.0f} s" if unseen else ""
-        return f"estimate: {total} for {self.cells} cells ({self.seen} as long as they took in earlier runs on this CPU{rest})"
+        parts = [f"{self.seen} as long as they took in earlier runs on this CPU"] if self.seen else []
+        if self.from_reference:
+            parts.append(f"{self.from_reference} as long as in the reference run ({self.reference})")
+        rest = self.cells - self.seen - self.from_reference
+        if rest:
+            parts.append(f"{rest} never run here, counted at their median {self.unseen_each_s:.0f} s")
+        return f"estimate: {total} for {self.cells} cells ({'; '.join(parts)})"
 
 
 def estimate(plan: Iterable[tuple[str, str, int | None, str]], size: str, device: str, past: dict[CellKey, float],
-             floor_s: float) -> Estimate:
+             floor_s: float, reference: ReferenceWalls | None = None, threads: int | None = None) -> Estimate:
     """``plan``: the (workload, backend, batch, dtype) cells still to run; ``floor_s``: the
-    least one cell can take (its processes times its timing budget)."""
+    least one cell can take (its processes times its timing budget); ``reference``: the
+    shipped run's wall times, for the cells this machine never ran at its ``threads``."""
     keys = [(variant_label(w, batch, dtype), b, size, device) for w, b, batch, dtype in plan]
     known = [past[k] for k in keys if k in past]
-    each = statistics.median(known) if known else floor_s
-    return Estimate(cells=len(keys), seconds=sum(known) + each * (len(keys) - len(known)), seen=len(known),
-                    unseen_each_s=each, floor_only=not known)
+    walls = reference.walls if reference is not None and reference.threads == threads else {}
+    referenced = [walls[k] for k in keys if k not in past and k in walls]
+    basis = known + referenced
+    each = statistics.median(basis) if basis else floor_s
+    return Estimate(cells=len(keys), seconds=sum(basis) + each * (len(keys) - len(basis)), seen=len(known),
+                    unseen_each_s=each, floor_only=not basis, from_reference=len(referenced),
+                    reference=f"{reference.machine}: {reference.source}" if referenced and reference else "")
 
 
 def _duration(seconds: float) -> str:
