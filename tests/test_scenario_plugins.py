@@ -170,3 +170,45 @@ def test_a_decoder_runs_the_decode_scenario_whatever_the_runs(tmp_path):
         made("--suite", "llm", "--scenario", "offline")
     with pytest.raises(UsageError, match="--scenario decode runs only the workloads it claims; mlp is not one"):
         made("--scenario", "decode", "--workloads", "mlp")
+
+
+def test_an_added_scenarios_figures_need_no_field_in_the_records():
+    """A scenario module's own figures travel as ``scenario_extra`` under its name, from the
+    worker's measurement to the cell, results.json and its CSV columns: adding one touches no
+    record (compare/results/)."""
+    from compare.measure.latency import LatencyStats
+    from compare.results import extensions
+    from compare.results.protocol import CellMeasurement
+
+    class Burst(BaseScenario):
+        name = "burst"
+
+        def after_timing(self, compiled, prepared, setup, spec, timed, emit):
+            return {"scenario_extra": {self.name: {"calls": 3, "ms": 6.0}}}
+
+        def derive(self, cell, config):
+            own = (cell.scenario.scenario_extra or {}).get(self.name)
+            if own:
+                own["ms_per_call"] = own["ms"] / own["calls"]
+
+        def csv_columns(self, cell):
+            own = (cell.scenario.scenario_extra or {}).get(self.name)
+            return {"burst_ms_per_call": own.get("ms_per_call")} if own else {}
+
+    burst = Burst()
+    stats = LatencyStats.from_ms([1.0, 1.1, 0.9], 10)
+    measured = CellMeasurement(status="ok", latency=stats, eager_latency=stats,
+                               **burst.after_timing(None, None, None, None, {}, lambda **_: None))
+    cell = Cell.from_measurement(measured, workload="mlp", backend="ort", role="candidate", size="small", device="cpu",
+                                 threads=1, batch=None, dtype="fp32")
+    burst.derive(cell, {})
+    again = Cell.from_dict(cell.to_dict())
+    assert again.scenario.scenario_extra == {"burst": {"calls": 3, "ms": 6.0, "ms_per_call": 2.0}}
+    extensions.register(figures=burst.derive, columns=burst.csv_columns)
+    try:
+        from compare.results.schema import cell_row
+
+        assert cell_row(again)["burst_ms_per_call"] == 2.0
+    finally:
+        extensions._figures.remove(burst.derive)
+        extensions._columns.remove(burst.csv_columns)

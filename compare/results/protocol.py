@@ -199,6 +199,7 @@ class CellMeasurement:
     crosscheck: dict[str, Any] | None = None
     gemm_library: dict[str, str] | None = None
     server: dict[str, Any] | None = None  # --scenario server: LoadGen's search (compare.measure.loadgen)
+    scenario_extra: dict[str, Any] | None = None  # {scenario name: figures} of a scenario without fields here
     info: dict[str, Any] = field(default_factory=dict)
     # --suite llm: the greedy generation's record (compare.worker.decode.decode_record)
     decode: dict[str, Any] | None = None

@@ -103,6 +103,9 @@ class ScenarioFigures:
     throughput: dict[str, Any] | None = None
     # server: LoadGen's search for the highest QPS within the p99 bound (measure.loadgen)
     server: dict[str, Any] | None = None
+    # {scenario name: its figures}, for a scenario module whose figures have no field above
+    # (an added scenario records and derives them there, with no change to the records)
+    scenario_extra: dict[str, Any] | None = None
 
 
 @dataclass
