@@ -123,6 +123,41 @@ def test_matmul_rule_builds_an_epilogue_that_reads_the_gemm_twice():
     np.testing.assert_allclose(got, pre * np.tanh(pre * 0.5), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("hw,c,f,k,stride,groups", [
+    (14, 16, 64, 3, 1, 1),  # 3x3, bias + ReLU fused into the write-back
+    (14, 32, 32, 3, 2, 1),  # strided
+    (14, 32, 32, 3, 1, 32),  # depthwise: the input channel follows the output channel
+    (7, 24, 40, 1, 1, 1),  # 7 columns, 40 channels: a 7-row tile, half-vector columns
+])
+def test_conv_rule_schedules_nhwc_convolutions_and_keeps_their_values(hw, c, f, k, stride, groups):
+    import tvm
+    from tvm import te, tirx, topi
+
+    from adapters.tvm.schedules import _conv_rule, default_cpu_schedules
+
+    a, w, bias = te.placeholder((1, hw, hw, c), name="A"), te.placeholder((k, k, c // groups, f), name="W"), \
+        te.placeholder((f,), name="bias")
+    conv = topi.nn.conv(a, w, stride, k // 2, 1, groups, "NHWC", "HWIO")
+    out = te.compute(conv.shape, lambda *i: tirx.max(conv[i] + bias[i[-1]], tirx.const(0.0, "float32")), name="T_relu")
+    func = te.create_prim_func([a, w, bias, out]).with_attr("global_symbol", "main")
+    target = _target()
+    with target:
+        sch = _conv_rule().apply(func, target, False)
+    assert sch is not None, "the conv rule refused an NHWC convolution"
+    text = sch.mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized" in text and '"local"' in text and 'T.sblock("T_relu")' not in text
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal([int(d) for d in t.shape]).astype("float32") for t in (a, w, bias)]
+    got = _run(default_cpu_schedules(tvm.IRModule({"main": func}), target)["main"], inputs, [int(d) for d in out.shape])
+    import torch
+
+    ref = torch.nn.functional.conv2d(torch.from_numpy(inputs[0]).permute(0, 3, 1, 2),
+                                     torch.from_numpy(inputs[1]).permute(3, 2, 0, 1), stride=stride, padding=k // 2,
+                                     groups=groups)
+    ref = torch.relu(ref + torch.from_numpy(inputs[2])[None, :, None, None]).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def _softmax():
     from tvm import te, topi
 

@@ -200,8 +200,9 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
         return {"frontend": "relax.frontend.torch.from_exported_program", "weights": "bound as constants",
                 "target": "cuda" if ctx.device == "cuda" else "llvm, mcpu = host (llvm_get_system_cpu)",
                 "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"),
-                "default_schedules": {"on": "register-tiled CpuMatmul (8 rows x 2 vectors, packed B strip), then "
-                                            "dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
+                "default_schedules": {"on": "convolutions as NHWC/HWIO with a register-tiled CpuConv (output channels "
+                                            "vectorized), register-tiled CpuMatmul (8 rows x 2 vectors, packed B strip), "
+                                            "then dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
                                       "dlight": "dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
                                       "off": "off (naked loop nests)"}[ctx.options.tvm_default_schedules],
                 "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)"
@@ -328,7 +329,8 @@ class TvmUntunedBackend(_TvmBase):
                 target, mcpu = self.host_target(ctx.threads)
                 ctx.info["target"] = {"kind": "llvm", "mcpu": mcpu, "num-cores": ctx.threads}
                 with target:
-                    mod = tvm.transform.Sequential([*math_passes(ctx), relax.pipeline.zero_pipeline()])(mod)
+                    mod = tvm.transform.Sequential([*math_passes(ctx), *conv_layout_passes(ctx),
+                                                    relax.pipeline.zero_pipeline()])(mod)
                 mod = self.cpu_default_schedules(mod, target, ctx)
             return tvm.compile(mod, target=target)
 
@@ -536,6 +538,17 @@ def math_passes(ctx: CompileContext) -> list:
     from .fast_math import math_passes as passes
 
     return passes(fast_math_on(ctx))
+
+
+def conv_layout_passes(ctx: CompileContext) -> list:
+    """With the default schedules on (CPU, untuned): every conv2d in NHWC with HWIO weights, the
+    layout CpuConv vectorizes over output channels (the weights' transposes fold into the
+    constants; the activations are transposed where the graph leaves NHWC)."""
+    from tvm import relax
+
+    if ctx.options.tvm_default_schedules != "on":
+        return []
+    return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})]
 
 
 def fast_math_on(ctx: CompileContext) -> bool:

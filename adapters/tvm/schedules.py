@@ -2,7 +2,7 @@
 
 TVM 0.27's CPU pipeline gives a PrimFunc no schedule at all: without a tuning record
 it runs single-threaded and scalar. ``default_cpu_schedules`` applies, to every
-PrimFunc not yet scheduled (``tirx.is_scheduled``), first ``CpuMatmul``, then TVM's own
+PrimFunc not yet scheduled (``tirx.is_scheduled``), first ``CpuConv`` and ``CpuMatmul``, then TVM's own
 ``dlight.cpu`` rules (GEMV, Reduction), then ``CpuFallback``, a minimal
 parallel-and-vectorize rule for everything else. ``unscheduled`` lists what is left
 without any schedule.
@@ -15,8 +15,10 @@ B[S, J, K]`` (any operand layout, batched or not, plain iterator indices: not a
 convolution) and gives it an 8-row x 2-vector register tile, a local accumulator, a
 packed ``K x tile`` strip of B per parallel task (columns padded to whole tiles when
 no tile divides them, e.g. ViT's 197 tokens), the fused epilogue (bias, activation) in
-the tile's write-back; anything it refuses goes on to the next rule. Convolutions
-(implicit GEMM) still get the fallback.
+the tile's write-back; anything it refuses goes on to the next rule. ``CpuConv`` gives an
+NHWC/HWIO 2-D convolution (the backend converts the graph's convolutions to that layout)
+the same tile, read as a GEMM over output columns x output channels; 1-D convolutions
+still get the fallback.
 """
 from __future__ import annotations
 
@@ -204,6 +206,69 @@ def _schedule_matmul(func, vector_bits: int, tile_rows: int = MATMUL_TILE_ROWS,
     return sch
 
 
+def _conv_rule():
+    """``CpuConv``: a register-tiled direct convolution for NHWC ``conv2d`` blocks with HWIO
+    weights (``--tvm-default-schedules on`` converts the graph's convolutions to that layout):
+    see ``_schedule_conv``. Anything else is left to the next rule."""
+    return _rule("CpuConv", _schedule_conv)
+
+
+CONV_ROW_TILES = (8, 7, 6, 5, 4, 3, 2, 1)  # output columns per register tile: the first that divides the width
+
+
+def _schedule_conv(func, vector_bits: int, tile_vectors: int = MATMUL_TILE_VECTORS):
+    """Schedule the one NHWC convolution block of ``func`` (``conv2d_nhwc`` or
+    ``group_conv2d_nhwc``, loops ``n, y, x, f, ry, rx, rc``), or return None.
+
+    As the matmul rule, for a convolution read as a GEMM: ``parallel(n, y, F / tf)`` - ``X /
+    tx`` - zero a ``tx x tf`` local accumulator - ``ry, rx, rc`` - ``tx`` (unrolled) - ``tf``
+    (vectorized over output channels, which HWIO weights and NHWC inputs hold contiguously;
+    a depthwise convolution's input channel follows its output channel) - the fused epilogue
+    in the write-back. The padded input stays its own (parallel) loop nest."""
+    from tvm import DataType, s_tir, tirx
+    from tvm.s_tir.dlight.analysis import get_root_block
+    from tvm.s_tir.dlight.gpu.matmul import get_reduction_blocks
+
+    sch = s_tir.Schedule(func)
+    mains = get_reduction_blocks(sch, sch.get_child_blocks(get_root_block(sch)))
+    if not mains or len(mains) != 1:
+        return None
+    main = mains[0]
+    stmt = sch.get(main)
+    if not stmt.name_hint.startswith(("conv2d_nhwc", "group_conv2d_nhwc")):
+        return None
+    kinds = "".join({tirx.IterVar.DataPar: "S", tirx.IterVar.CommReduce: "R"}.get(iv.iter_type, "O")
+                    for iv in stmt.iter_vars)
+    out_dtype = stmt.writes[0].source.dtype
+    loops = sch.get_loops(main)
+    if kinds != "SSSSRRR" or len(loops) != 7 or not str(out_dtype).startswith(("float", "bfloat")):
+        return None
+    n, y, x, f, ry, rx, rc = loops
+    f_extent, x_extent = sch.get(f).extent, sch.get(x).extent
+    if not isinstance(f_extent, tirx.IntImm) or not isinstance(x_extent, tirx.IntImm):
+        return None
+    lanes = max(1, vector_bits // DataType(out_dtype).bits)
+    tile_cols = next((t for t in (lanes * tile_vectors, lanes, lanes // 2) if t >= 4 and f_extent.value % t == 0), None)
+    if tile_cols is None:
+        return None
+    rows = next(r for r in CONV_ROW_TILES if x_extent.value % r == 0)
+    writeback = sch.cache_write(main, 0, "local")
+    _inline_consumers(sch, writeback)
+    xo, xi = sch.split(x, factors=[None, rows])
+    fo, fi = sch.split(f, factors=[None, tile_cols])
+    sch.reorder(n, y, fo, xo, ry, rx, rc, xi, fi)
+    outer = sch.fuse(n, y, fo)
+    sch.reverse_compute_at(writeback, xo, preserve_unit_loops=True)
+    sch.parallel(outer)
+    sch.unroll(xi)
+    sch.vectorize(fi)
+    init = sch.decompose_reduction(main, ry)
+    _vectorize_innermost(sch, init, lanes)
+    _vectorize_innermost(sch, writeback, lanes)
+    _schedule_rest(sch, lanes)
+    return sch
+
+
 def _schedule_rest(sch, lanes: int) -> None:
     """Parallelize and vectorize, as the fallback does, any block still at the root (a producer
     or epilogue that would not inline): left alone it would run serial and scalar."""
@@ -304,14 +369,14 @@ def _vectorize_innermost(sch, block, lanes: int) -> None:
 
 
 def default_cpu_schedules(mod: Any, target: Any, matmul: bool = True) -> Any:
-    """The matmul rule (``matmul``), dlight's CPU rules, then the fallback, on every PrimFunc
-    without a schedule."""
+    """The convolution and matmul rules (``matmul``), dlight's CPU rules, then the fallback,
+    on every PrimFunc without a schedule."""
     from tvm.s_tir import dlight as dl
 
     # ApplyDefaultSchedule edits the module it is given: schedule a copy.
     mod = type(mod)(dict(mod.functions_items()), attrs=mod.attrs, global_infos=mod.global_infos)
     with target:
-        rules = [_matmul_rule()] if matmul else []
+        rules = [_conv_rule(), _matmul_rule()] if matmul else []
         return dl.ApplyDefaultSchedule(*rules, dl.cpu.GEMV(), dl.cpu.Reduction(), _fallback_rule())(mod)
 
 
