@@ -196,10 +196,18 @@ def _schedule_matmul(func, vector_bits: int, tile_rows: int = MATMUL_TILE_ROWS,
     sch.compute_at(packed, outer, preserve_unit_loops=True)
     _pack_layout(sch, main, b_idx)
     _vectorize_innermost(sch, packed, lanes)
+    return _finish_tile(sch, main, writeback, outer, ii, ji, k, lanes)
+
+
+def _finish_tile(sch, main, writeback, outer, rows, cols, reduction, lanes: int):
+    """The register tile's last steps, shared by the GEMM and convolution rules: the outer
+    loop in parallel, the tile's rows unrolled and columns vectorized, the accumulator
+    zeroed above ``reduction`` and written back in vectors, and every block left at the
+    root parallelized too."""
     sch.parallel(outer)
-    sch.unroll(ii)
-    sch.vectorize(ji)
-    init = sch.decompose_reduction(main, k)
+    sch.unroll(rows)
+    sch.vectorize(cols)
+    init = sch.decompose_reduction(main, reduction)
     _vectorize_innermost(sch, init, lanes)
     _vectorize_innermost(sch, writeback, lanes)
     _schedule_rest(sch, lanes)
@@ -259,14 +267,7 @@ def _schedule_conv(func, vector_bits: int, tile_vectors: int = MATMUL_TILE_VECTO
     sch.reorder(n, y, fo, xo, ry, rx, rc, xi, fi)
     outer = sch.fuse(n, y, fo)
     sch.reverse_compute_at(writeback, xo, preserve_unit_loops=True)
-    sch.parallel(outer)
-    sch.unroll(xi)
-    sch.vectorize(fi)
-    init = sch.decompose_reduction(main, ry)
-    _vectorize_innermost(sch, init, lanes)
-    _vectorize_innermost(sch, writeback, lanes)
-    _schedule_rest(sch, lanes)
-    return sch
+    return _finish_tile(sch, main, writeback, outer, xi, fi, ry, lanes)
 
 
 def _schedule_rest(sch, lanes: int) -> None:

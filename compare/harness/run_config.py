@@ -62,24 +62,22 @@ def csv(value: str) -> list[str]:
     return items
 
 
-def positive_int(value: str) -> int:
+def _positive(value: str, parse: Callable[[str], Any], what: str, must: str) -> Any:
     try:
-        number = int(value)
+        number = parse(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be positive")
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+    if not (number > 0) or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} must be {must}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return _positive(value, int, "an integer", "positive")
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not (number > 0) or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} must be a positive finite number")
-    return number
+    return _positive(value, float, "a number", "a positive finite number")
 
 
 def batch_list(value: str) -> list[int]:
