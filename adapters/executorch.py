@@ -23,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import artifacts
-from .base import Backend, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult
+from . import artifacts, executorch_llm
+from .base import Backend, BackendOptions, BackendUnavailable, CacheVerdict, CompileContext, Compiled, CompileResult, option
 from .profiling import KernelProfile, ProfileUnavailable
 
 PTE = "model.pte"
@@ -69,6 +70,15 @@ class ExecutorchCompiled(Compiled):
                                  "the cell records its delegation (info.delegation) instead")
 
 
+@dataclass(frozen=True)
+class ExecutorchOptions(BackendOptions):
+    executorch_llm_path: str = option("export-llm", "decode suite: ExecuTorch's own LLM export for Llama and Qwen2 "
+                                      "('export-llm': llama_transformer with its custom SDPA and KV-cache ops, one "
+                                      "program, as export_llm makes it; adapters/executorch_llm.py) or the generic "
+                                      "lowering of the prefill and decode modules ('generic', for an A/B)",
+                                      flag="executorch-llm-path", choices=("export-llm", "generic"))
+
+
 class ExecutorchBackend(Backend):
     name = "executorch"
     rank = 70
@@ -84,6 +94,7 @@ print(method.execute(inputs))
 """
     packages = ("executorch",)
     install_hint = "pip install -e '.[executorch]'"
+    options_type = ExecutorchOptions
     devices = ("cpu",)
     quantizes = True  # int8: XNNPACKQuantizer (PT2E), then lowered to XNNPACK's quantized kernels
     quantizer_modules = ("torchao",)  # the XNNPACKQuantizer derives from torchao's pt2e Quantizer
@@ -111,9 +122,12 @@ print(method.execute(inputs))
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         return {"partitioners": ["XnnpackPartitioner"], "lowering": "exir.to_edge_transform_and_lower",
                 "runtime": "executorch.runtime (portable kernels + XNNPACK)", "xnnpack_threadpool_threads": ctx.threads,
+                "llm_path": ctx.options.executorch_llm_path,
                 **({"quantizer": quantizer_settings(ctx.calibration)} if ctx.calibration is not None else {})}
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
+        if executorch_llm.applies(module, example_inputs, ctx):
+            return executorch_llm.compile_part(module, example_inputs, ctx)
         folder, expected = artifacts.store_for(self, ctx)
         expected.update(quantization_key(ctx.calibration))
         quantized = ctx.calibration is not None
