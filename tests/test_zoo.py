@@ -225,6 +225,7 @@ def test_an_onnx_file_goes_through_each_onnx_frontend_and_torch_only_backends_sa
     (["--suite", "paper"], (3, 3, True), {}),
 ])
 def test_the_zoo_runs_one_process_per_cell_unless_told_and_says_so(argv, expected, preset, tmp_path):
+    """(--backends given: the zoo's default backends are the next test's.)"""
     from compare import cli
     from compare.report.text import preset_text
 
@@ -235,6 +236,16 @@ def test_the_zoo_runs_one_process_per_cell_unless_told_and_says_so(argv, expecte
     assert config.preset == preset
     said = preset_text(config.to_dict())
     assert ("--suite zoo set" in said) == bool(preset) and all(name.replace("_", " ") in said for name in preset)
+
+
+def test_the_zoo_runs_every_cpu_compiler_unless_told(tmp_path):
+    from compare import cli
+    from compare.report.text import preset_text
+
+    config = cli.make_config(cli.parse(["--suite", "zoo", "--output-dir", str(tmp_path)]))
+    assert config.backends == ["eager", "inductor", "aot-inductor", "ort", "openvino", "tvm-untuned", "iree", "xla",
+                               "executorch"]
+    assert "backends inductor,aot-inductor,ort,openvino,tvm-untuned,iree,xla,executorch" in preset_text(config.to_dict())
 
 
 @pytest.mark.unit

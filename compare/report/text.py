@@ -252,13 +252,14 @@ def precision_text(results: RunResults) -> str:
 
 
 def preset_text(cfg: dict[str, Any]) -> str:
-    """What the suite set where the command line did not (compare.config.SUITE_DEFAULTS)."""
+    """What the suite set where the command line did not (compare.harness.run_config.SUITE_DEFAULTS)."""
     preset = dict(cfg.get("preset") or {})
     size = preset.pop("size", None)
     device = f"; --device {cfg.get('device')} set size {size}" if size else ""
     if not preset:
         return device
-    said = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in preset.items())
+    said = ", ".join(f"{name.replace('_', ' ')} {','.join(value) if isinstance(value, list) else value}"
+                     for name, value in preset.items())
     return f"; --suite {cfg.get('suite')} set {said}{device}"
 
 
