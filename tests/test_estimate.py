@@ -84,7 +84,6 @@ def test_cells_never_run_here_count_at_the_reference_runs_times_at_its_thread_co
 def test_the_shipped_reference_run_loads():
     from compare.harness.estimate import REFERENCE_FILE, reference_walls
 
-    if not REFERENCE_FILE.exists():
-        pytest.skip("no reference run shipped")
+    assert REFERENCE_FILE.exists()
     reference = reference_walls()
     assert reference is not None and reference.walls and reference.source.startswith("docs/results/")
