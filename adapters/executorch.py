@@ -127,7 +127,7 @@ print(method.execute(inputs))
 
     def compile(self, module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
         if executorch_llm.applies(module, example_inputs, ctx):
-            return executorch_llm.compile_part(module, example_inputs, ctx)
+            return executorch_llm.compile_part(module, example_inputs, ctx, delegation_summary)
         folder, expected = artifacts.store_for(self, ctx)
         expected.update(quantization_key(ctx.calibration))
         quantized = ctx.calibration is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .base import BackendUnavailable, CompileContext, Compiled, CompileResult
 
@@ -57,12 +57,14 @@ def applies(module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> 
     return why is None
 
 
-def compile_part(module: Any, example_inputs: Sequence[Any], ctx: CompileContext) -> CompileResult:
-    """The prefill (which builds the decoder's one program) or the decode step (which reuses it)."""
+def compile_part(module: Any, example_inputs: Sequence[Any], ctx: CompileContext,
+                 summarize: Callable[[Any], dict[str, Any]]) -> CompileResult:
+    """The prefill (which builds the decoder's one program) or the decode step (which reuses
+    it); ``summarize``: the adapter's delegation summary of a lowered graph."""
     decoder = module.decoder
     program = getattr(decoder, "_executorch_llm", None)
     if program is None:
-        program = decoder._executorch_llm = _build(decoder, ctx)
+        program = decoder._executorch_llm = _build(decoder, ctx, summarize)
     else:
         ctx.info["program"] = "the prefill's (one program, its KV cache inside)"
     ctx.info.update(llm_path=LLM_PATH, delegation=program["delegation"], pte_bytes=program["pte_bytes"])
@@ -96,14 +98,12 @@ class ExecutorchLlmPart(Compiled):
         return [logits.reshape(1, -1), self.empty, self.empty]
 
 
-def _build(decoder, ctx: CompileContext) -> dict[str, Any]:
+def _build(decoder, ctx: CompileContext, summarize: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     import torch
     from executorch.examples.models.llama.export_llama_lib import (
         _prepare_for_llama_export,
         _to_edge_and_lower_llama_xnnpack,
     )
-
-    from .executorch import delegation_summary
 
     folder = Path(ctx.work_dir) / "export_llm"
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,7 +116,7 @@ def _build(decoder, ctx: CompileContext) -> dict[str, Any]:
     with ctx.phase("lower"):
         builder = _to_edge_and_lower_llama_xnnpack(builder, builder.modelname, [], None, [], None,
                                                    xnnpack_extended_ops=True)
-    delegation = delegation_summary(builder.edge_manager.exported_program().graph_module)
+    delegation = summarize(builder.edge_manager.exported_program().graph_module)
     buffer = builder.export_program.buffer
     method, program = _load(buffer, ctx)
     return {"method": method, "keep_alive": program, "delegation": delegation, "pte_bytes": len(buffer)}
