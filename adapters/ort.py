@@ -44,6 +44,9 @@ from .profiling import (
 )
 
 OPTIMIZED = "optimized.onnx"
+# --ort-exporter: the export path each choice takes, as the cell's settings name it
+EXPORTERS = {"torch": "torch.onnx.export(dynamo=True)",
+             "transformers": "transformers.exporters.OnnxExporter (onnxscript optimizer, ORT CPU fusions)"}
 
 
 class OrtCompiled(Compiled):
@@ -177,6 +180,11 @@ class OrtOptions(BackendOptions):
     ort_spinning: bool = option(False, "session.intra_op.allow_spinning: ORT's default is on; off here (default) "
                                 "because its spinning pool slowed eager, timed alternately, 2-3x on 2 cores",
                                 flag="ort-spinning", kind="switch")
+    ort_exporter: str = option("torch", "how a transformers model reaches ONNX: torch (default: torch.onnx.export, "
+                               "dynamo, as for every model) or transformers (transformers.exporters.OnnxExporter "
+                               "with onnxscript's optimizer and ORT's CPU fusions, as transformers exports it); "
+                               "other models keep torch's and say so", flag="ort-exporter",
+                               choices=("torch", "transformers"))
     ort_offline_streams: int = option(0, "--scenario offline: ORT sessions run in parallel, the threads split "
                                       "over them (default 0: one per thread)", flag="ort-offline-streams",
                                       metavar="S")
@@ -230,7 +238,7 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         spinning = getattr(ctx.options, "ort_spinning", False)
         return {**session_config(ctx), **offline_sessions(ctx), "enable_cpu_mem_arena": True, "providers": self.providers(ctx),
-                "onnx_opset": ctx.options.onnx_opset, "exporter": "torch.onnx.export(dynamo=True)",
+                "onnx_opset": ctx.options.onnx_opset, "exporter": EXPORTERS[ctx.options.ort_exporter],
                 **({} if spinning else {"guide_deviation": SPINNING_DEVIATION}),
                 **({"quantizer": quantize_settings()} if ctx.calibration else {})}
 
@@ -261,6 +269,7 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
         warm = ctx.cache == "warm"
         folder, expected = artifacts.store_for(self, ctx)
         expected["onnx_opset"] = ctx.options.onnx_opset  # a model exported at another opset is not this one
+        expected["exporter"] = ctx.options.ort_exporter
         # Warm: hold the store folder's lock from the hit check to the loaded session.
         with artifacts.locked(folder) if warm else contextlib.nullcontext():
             optimized = folder / OPTIMIZED
@@ -332,6 +341,19 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
             ctx.info["frontend"] = "the ONNX file as given"
             ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
             return
+        if ctx.options.ort_exporter == "transformers" and dynamic_shapes is None:
+            from .hf_exporters import export_onnx, hf_call
+
+            why_not = hf_call(module, example_inputs)
+            if not isinstance(why_not, str):
+                with ctx.phase("export"):
+                    ctx.info["exporter"] = export_onnx(module, example_inputs, model_path, ctx.options.onnx_opset,
+                                                       "cuda" if ctx.device == "cuda" else "cpu")
+                ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
+                return
+            ctx.info["exporter"] = f"{EXPORTERS['torch']}: --ort-exporter transformers does not apply ({why_not})"
+        elif ctx.options.ort_exporter == "transformers":
+            ctx.info["exporter"] = f"{EXPORTERS['torch']}: transformers' exporter is not used for dynamic shapes"
         with ctx.phase("export"):
             # The exporter prints progress banners; keep them out of the worker's protocol.
             with contextlib.redirect_stdout(io.StringIO()):

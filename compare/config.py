@@ -140,11 +140,11 @@ def _run_scenario(args: argparse.Namespace, workloads: list) -> str:
     """The run's scenario: the one asked for, or the one that claims every chosen workload
     (``Scenario.claims``: the decoders generate); a claimed workload's cells run its claimer
     in any run, and a scenario that claims workloads runs only those."""
-    from compare.scenarios import DEFAULT, Scenario, claiming, scenario
+    from compare.scenarios import DEFAULT, claiming, scenario
 
     asked = getattr(args, "scenario", None) or DEFAULT
     owner = {w.name: getattr(claiming(w.tags), "name", None) for w in workloads}
-    if type(scenario(asked)).claims is not Scenario.claims:  # a scenario that claims its workloads
+    if scenario(asked).claims_workloads:
         wrong = [name for name, claimer in owner.items() if claimer != asked]
         if wrong:
             raise UsageError(f"--scenario {asked} runs only the workloads it claims; {wrong[0]} is not one")

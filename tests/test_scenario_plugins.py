@@ -67,7 +67,8 @@ def test_the_command_line_offers_every_scenario(tmp_path):
     assert all(f"{s.name}: {s.help}" in action.help for s in scenarios().values())
     for name, each in scenarios().items():
         # a scenario that claims workloads (decode: the decoders) runs only those
-        claimed = ["--suite", "llm", "--size", "small"] if type(each).claims is not BaseScenario.claims else []
+        assert each.claims_workloads == (type(each).claims is not BaseScenario.claims), name
+        claimed = ["--suite", "llm", "--size", "small"] if each.claims_workloads else []
         argv = ["--scenario", name, *claimed, "--output-dir", str(tmp_path / name)]
         assert cli.make_config(cli.parse(argv)).scenario == name
 

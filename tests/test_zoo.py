@@ -367,3 +367,27 @@ def test_a_backend_failing_in_each_phase_is_classified_in_the_matrix(tmp_path):
     for backend, (status, detail) in variants.items():
         assert records[backend]["status"] == status and detail in records[backend]["detail"], records[backend]
         assert f"{status}: " in summary
+
+
+@needs_zoo
+def test_transformers_onnx_exporter_is_an_export_path_for_ort_and_other_models_say_why_not(tmp_path):
+    proc = run_cli("--model", f"hf:{TINY_LLAMA}", "--workloads", "mlp,tiny_llama", "--backends",
+                   "ort:ort-exporter=transformers", *FAST, "--output-dir", tmp_path / "run")
+    cells = {c["workload"]: c for c in load_results(tmp_path / "run")["cells"] if c["backend"] != "eager"}
+    llama = cells["tiny_llama"]
+    assert llama["status"] == "ok" and llama["numerics_ok"], (llama.get("error"), proc.stderr[-2000:])
+    assert llama["info"]["exporter"].startswith("transformers.exporters.OnnxExporter(OnnxConfig(opset_version=20, "
+                                                "ort_fusions='cpu'))")
+    assert llama["settings"]["exporter"].startswith("transformers.exporters.OnnxExporter")
+    # a survey graph is no transformers model: torch's exporter, and the cell says why
+    assert cells["mlp"]["status"] == "ok"
+    assert "does not apply (" in cells["mlp"]["info"]["exporter"]
+
+
+@pytest.mark.unit
+def test_only_a_transformers_model_called_by_keyword_has_the_transformers_export_path():
+    import torch
+
+    from adapters.hf_exporters import hf_call
+
+    assert "not a transformers model" in hf_call(torch.nn.Linear(2, 2), [torch.ones(2)])

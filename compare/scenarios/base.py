@@ -65,6 +65,8 @@ class Scenario:
     # "module:function" that measures this scenario's cells in a worker, in place of the
     # generic steps (compare.worker.steps), for a scenario whose cell is not one timed call
     worker: str | None = None
+    # True where ``claims`` is overridden: such a scenario runs only the workloads it claims
+    claims_workloads: bool = False
 
     # the command line and the run's configuration
     def claims(self, tags: tuple[str, ...]) -> bool:

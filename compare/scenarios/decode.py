@@ -23,6 +23,7 @@ class Decode(Scenario):
     help = ("greedy generation with a static KV cache, prefill and decode tokens/s (llama-bench's pp and tg), "
             "TTFT and TPOT against eager's in the same worker; the decoder workloads (--suite llm) always run it")
     worker = "compare.worker.decode:measure_cell"
+    claims_workloads = True
 
     def claims(self, tags: tuple[str, ...]) -> bool:
         from workloads.llm import LLM_TAG
