@@ -23,7 +23,7 @@ def test_a_variant_is_its_backend_with_typed_options_on_top():
 @pytest.mark.parametrize("name, message", [
     ("nope:x=1", "unknown backend 'nope'"),
     ("ort:ort-spinning", "'ort-spinning' is not FLAG=VALUE"),
-    ("ort:no-such=1", "no option 'no-such' for this backend (its options: onnx-opset, ort-offline-streams, ort-spinning)"),
+    ("ort:no-such=1", "no option 'no-such' for this backend (its options: onnx-opset, ort-exporter, ort-offline-streams, ort-spinning)"),
     ("ort:ort-spinning=maybe", "ort-spinning='maybe': use on or off"),
     ("ort:onnx-opset=0", "onnx-opset='0': must be positive"),
     ("iree:iree-opt-level=O9", "iree-opt-level='O9': choose from"),
