@@ -20,7 +20,7 @@ def hf_call(module: Any, example_inputs: Sequence[Any]) -> tuple[Any, dict[str, 
     built by the zoo's ``Called``; else the reason the module has no such path."""
     model, names = getattr(module, "model", None), getattr(module, "names", None)
     if model is None or names is None:
-        return f"{type(module).__name__} is not a transformers model called by keyword"
+        return f"{type(model if model is not None else module).__name__} is not a transformers model called by keyword"
     # a transformers model is already imported where one was built: ask for no new import
     if not any(f"{k.__module__}.{k.__name__}" == "transformers.modeling_utils.PreTrainedModel" for k in type(model).__mro__):
         return f"{type(model).__name__} is not a transformers model"
