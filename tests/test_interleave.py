@@ -132,3 +132,21 @@ def test_a_warm_round_imports_at_once_and_compiles_one_at_a_time():
     assert started == ["eager", "ort", "iree"]  # every worker started before any compiled
     assert log[:2] == ["compile eager", "compile iree"]  # in turn; the one that died importing never compiles
     assert results[0]["finished"] and results[2]["finished"] and not workers[1].compiled
+
+
+@pytest.mark.unit
+def test_without_interleaving_each_cell_is_recorded_before_the_next_starts():
+    from types import SimpleNamespace
+
+    from compare.harness.executor import CellGroup, Hooks, LocalExecutor
+
+    events = []
+    specs = SimpleNamespace(config=SimpleNamespace(interleave=False),
+                            cell=lambda measurement, *args, **kwargs: measurement,
+                            log_rel=lambda *args: "log")
+    executor = LocalExecutor(specs, Hooks(announce=lambda label, b: events.append(f"start {b}"),
+                                          phase=lambda *args: None, record=lambda cell: events.append(f"record {cell}")),
+                             output_dir=".")
+    executor.run_cell = lambda workload, b, **kwargs: b
+    executor.run([CellGroup(SimpleNamespace(name="w"), ("eager", "inductor", "ort"), None, "fp32")])
+    assert events == ["start eager", "record eager", "start inductor", "record inductor", "start ort", "record ort"]

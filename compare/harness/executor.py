@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from compare.harness.cells import CellSpecs
 from compare.harness.interleave import run_interleaved
@@ -105,16 +105,15 @@ class LocalExecutor(Executor):
         for worker in self._workers:
             kill_group(worker.proc)
 
-    def run_group(self, group: CellGroup) -> list[Cell]:
-        """The cells of one group, one after another, each in ``processes`` fresh workers."""
+    def run_group(self, group: CellGroup) -> Iterator[Cell]:
+        """The cells of one group, one after another, each in ``processes`` fresh workers;
+        each is yielded as it ends, so the run records it before the next starts (an LLM
+        group's cells take minutes each, and an interrupted run keeps those that ended)."""
         workload, batch, dtype = group.workload, group.batch, group.dtype
-        cells = []
         for b in group.backends:
             self.hooks.announce(variant_label(workload.name, batch, dtype), b)
             measurement = self.run_cell(workload, b, batch=batch, dtype=dtype)
-            cells.append(self.specs.cell(measurement, workload, b, batch, dtype,
-                                         log=self.specs.log_rel(workload, b, batch, dtype)))
-        return cells
+            yield self.specs.cell(measurement, workload, b, batch, dtype, log=self.specs.log_rel(workload, b, batch, dtype))
 
     def _group_rounds(self, group: CellGroup) -> GroupRounds:
         state = GroupRounds(group, {}, {b: [] for b in group.backends}, set())
