@@ -184,3 +184,41 @@ def test_tuning_prepares_the_decode_step_with_gathers_unpacked_and_gemms_prepack
     assert OPAQUE_PATTERN not in marked.values()
     assert any("matmul" in name for name in marked), "weight prepacking stays on for the GEMMs"
     assert ctx.info["layout_rewrite_skipped"] and all(n.startswith("take") for n in ctx.info["layout_rewrite_skipped"])
+
+
+@pytest.mark.parametrize("c,f,k,stride,padding,groups", [
+    (1, 16, 10, 5, 0, 1),  # wav2vec2's first feature-encoder conv: one input channel, kernel 10, stride 5
+    (8, 16, 3, 2, 1, 1),  # Whisper's second stem conv: padded and strided
+    (16, 16, 5, 1, 2, 4),  # grouped (wav2vec2's positional conv is grouped)
+])
+def test_conv1d_becomes_a_conv2d_of_height_one_that_cpu_conv_schedules(c, f, k, stride, padding, groups):
+    import tvm
+    from tvm import relax
+
+    from adapters.tvm.backend import conv1d_as_conv2d
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv1d(c, f, k, stride=stride, padding=padding, groups=groups),
+                                 torch.nn.GELU()).eval()
+    inputs = [torch.randn(1, c, 40)]
+    mod = _relax(module, inputs, canonicalize=False)
+    rewritten = conv1d_as_conv2d()(mod)
+    assert "R.nn.conv1d" not in rewritten.script() and "R.nn.conv2d" in rewritten.script()
+    with torch.no_grad():
+        expected = module(*inputs).numpy()
+    np.testing.assert_allclose(_run(rewritten, inputs), expected, rtol=1e-5, atol=1e-5)
+    # and the whole untuned CPU build (NHWC layout, CpuConv) still agrees
+    from types import SimpleNamespace
+
+    from adapters.tvm.backend import TvmOptions, _TvmBase, conv_layout_passes
+
+    ctx = SimpleNamespace(options=TvmOptions(tvm_default_schedules="on"), info={})
+    target, _ = _TvmBase.host_target(2)
+    with target:
+        built = tvm.transform.Sequential([*conv_layout_passes(ctx), relax.pipeline.zero_pipeline()])(mod)
+    built = _TvmBase.cpu_default_schedules(built, target, ctx)
+    convs = [f.script() for g, f in built.functions_items() if "conv2d" in g.name_hint]
+    assert convs and all('"local"' in text and "T.vectorized" in text for text in convs), "CpuConv's register tile"
+    vm = relax.VirtualMachine(tvm.compile(built, target=target), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(inputs[0].numpy())).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
