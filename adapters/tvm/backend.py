@@ -200,9 +200,10 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
         return {"frontend": "relax.frontend.torch.from_exported_program", "weights": "bound as constants",
                 "target": "cuda" if ctx.device == "cuda" else "llvm, mcpu = host (llvm_get_system_cpu)",
                 "num-cores": ctx.threads, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"),
-                "default_schedules": {"on": "convolutions as NHWC/HWIO with a register-tiled CpuConv (output channels "
-                                            "vectorized), register-tiled CpuMatmul (8 rows x 2 vectors, packed B strip), "
-                                            "then dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
+                "default_schedules": {"on": "convolutions (1-D ones as height 1) as NHWC/HWIO with a register-tiled "
+                                            "CpuConv (output channels vectorized), register-tiled CpuMatmul (8 rows x 2 "
+                                            "vectors, packed B strip), then dlight.cpu GEMV + Reduction, then "
+                                            "parallel-and-vectorize fallback",
                                       "dlight": "dlight.cpu GEMV + Reduction, then parallel-and-vectorize fallback",
                                       "off": "off (naked loop nests)"}[ctx.options.tvm_default_schedules],
                 "math": ("FastGelu + FastMathTransform (exp, tanh, erf, softmax, GELU approximated)"
