@@ -20,14 +20,15 @@ from .llm_session import SessionPart, shared_session
 PRECISIONS = {"fp32": "fp32", "int4wo": "int4"}
 
 
-def write_tokenizer(folder: Path, vocab_size: int) -> None:
-    """A word-level tokenizer with one token per id (``t0``...): what the builder needs to read."""
+def write_tokenizer(folder: Path, vocab_size: int, eos: int) -> None:
+    """A word-level tokenizer with one token per id (``t0``...), ``eos`` its end token: what the
+    builder needs to read."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0").save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0", eos_token=f"t{eos}").save_pretrained(folder)
 
 
 def set_threads(genai_config: Path, threads: int) -> None:
@@ -108,14 +109,27 @@ class OrtGenAIBackend(Backend):
         if ctx.weight_bits not in (None, 4) or dtype not in PRECISIONS:
             raise BackendUnavailable(f"dlcompare builds ORT GenAI models at {', '.join(PRECISIONS)}")
         source, out = ctx.work_dir / "hf", ctx.work_dir / "genai"
+        config = decoder.lm.config
         with ctx.phase("save"):
-            decoder.lm.save_pretrained(source)
-            write_tokenizer(source, decoder.lm.config.vocab_size)
+            # The builder needs an end-of-sequence id inside the vocabulary; Qwen2's config names
+            # none, and the builder then took one past its end (151936 of 151936), which ORT GenAI
+            # refuses. The last id stands in (the decode loop never stops at it).
+            eos = config.eos_token_id if config.eos_token_id is not None else config.vocab_size - 1
+            config.eos_token_id, restore = eos, config.eos_token_id
+            try:
+                decoder.lm.save_pretrained(source)
+            finally:
+                config.eos_token_id = restore
+            write_tokenizer(source, config.vocab_size, eos if isinstance(eos, int) else eos[0])
         with ctx.phase("build"):
             options = builder.parse_extra_options("", str(source), str(out), PRECISIONS[dtype], "cpu",
                                                   str(ctx.work_dir / "cache"), [])
-            builder.create_model("", str(source), str(out), PRECISIONS[dtype], "cpu", str(ctx.work_dir / "cache"),
-                                 **options)
+            try:
+                builder.create_model("", str(source), str(out), PRECISIONS[dtype], "cpu", str(ctx.work_dir / "cache"),
+                                     **options)
+            except Exception as exc:  # name the step: the builder's own errors say nothing of it
+                raise RuntimeError(f"ORT GenAI's model builder failed on {config.model_type}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
             set_threads(out / "genai_config.json", ctx.threads)
         ctx.info["genai"] = {"precision": PRECISIONS[dtype], "onnx_bytes": sum(
             f.stat().st_size for f in out.glob("model.onnx*"))}

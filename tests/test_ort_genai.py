@@ -30,6 +30,22 @@ def test_ort_genai_takes_decode_workloads_only():
 
 
 @needs_genai
+def test_ort_genai_builds_qwen2_whose_config_names_no_end_token(tmp_path):
+    # Qwen2's config has no eos_token_id: the builder took one past the vocabulary's end.
+    # Gemma 3: ORT GenAI 0.18's builder cannot read transformers 5's per-layer-type
+    # rope_parameters (KeyError 'rope_type'); the cell says the builder failed, and this test
+    # tells when an upgrade fixes it.
+    out = tmp_path / "run"
+    proc = run_cli("--workloads", "qwen2_decode,gemma3_decode", "--size", "small", "--backends", "ort-genai",
+                   "--threads", "2", *FAST, "--output-dir", out, "--no-history", "--quiet")
+    cells = {c["workload"]: c for c in load_results(out)["cells"] if c["backend"] == "ort-genai"}
+    qwen2, gemma3 = cells["qwen2_decode"], cells["gemma3_decode"]
+    assert qwen2["status"] == "ok" and qwen2["decode"]["token_ids"] == qwen2["decode"]["eager_token_ids"], (
+        qwen2["error"], proc.stderr[-2000:])
+    assert gemma3["status"] == "failed" and "model builder failed on gemma3_text: KeyError" in gemma3["error"]
+
+
+@needs_genai
 def test_ort_genai_generates_eagers_tokens_and_its_int4_is_read_against_fp32(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("--workloads", "llama_decode", "--size", "small", "--dtype", "fp32,int4wo", "--backends",
