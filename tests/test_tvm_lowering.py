@@ -198,12 +198,13 @@ def test_conv1d_becomes_a_conv2d_of_height_one_that_cpu_conv_schedules(c, f, k, 
     from adapters.tvm.backend import conv1d_as_conv2d
 
     torch.manual_seed(0)
+    # a GroupNorm after it, as in wav2vec2's feature encoder: it must stay channels-first
     module = torch.nn.Sequential(torch.nn.Conv1d(c, f, k, stride=stride, padding=padding, groups=groups),
-                                 torch.nn.GELU()).eval()
+                                 torch.nn.GroupNorm(f, f), torch.nn.GELU()).eval()
     inputs = [torch.randn(1, c, 40)]
     mod = _relax(module, inputs, canonicalize=False)
     rewritten = conv1d_as_conv2d()(mod)
-    assert "R.nn.conv1d" not in rewritten.script() and "R.nn.conv2d" in rewritten.script()
+    assert "R.nn.conv1d" not in rewritten.script() and 'data_layout="NHWC"' in rewritten.script()
     with torch.no_grad():
         expected = module(*inputs).numpy()
     np.testing.assert_allclose(_run(rewritten, inputs), expected, rtol=1e-5, atol=1e-5)
@@ -215,7 +216,9 @@ def test_conv1d_becomes_a_conv2d_of_height_one_that_cpu_conv_schedules(c, f, k, 
     ctx = SimpleNamespace(options=TvmOptions(tvm_default_schedules="on"), info={})
     target, _ = _TvmBase.host_target(2)
     with target:
-        built = tvm.transform.Sequential([*conv_layout_passes(ctx), relax.pipeline.zero_pipeline()])(mod)
+        laid_out = tvm.transform.Sequential(conv_layout_passes(ctx))(mod)
+        assert "channel_axis=1" in laid_out.script(), "the GroupNorm stays channels-first"
+        built = relax.pipeline.zero_pipeline()(laid_out)
     built = _TvmBase.cpu_default_schedules(built, target, ctx)
     convs = [f.script() for g, f in built.functions_items() if "conv2d" in g.name_hint]
     assert convs and all('"local"' in text and "T.vectorized" in text for text in convs), "CpuConv's register tile"
