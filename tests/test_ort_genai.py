@@ -30,6 +30,7 @@ def test_ort_genai_takes_decode_workloads_only():
 
 
 @needs_genai
+@pytest.mark.slow  # two model builds: kept out of the default suite's 15 minutes
 def test_ort_genai_builds_qwen2_whose_config_names_no_end_token(tmp_path):
     # Qwen2's config has no eos_token_id: the builder took one past the vocabulary's end.
     # Gemma 3: ORT GenAI 0.18's builder cannot read transformers 5's per-layer-type

@@ -370,6 +370,7 @@ def test_a_backend_failing_in_each_phase_is_classified_in_the_matrix(tmp_path):
 
 
 @needs_zoo
+@pytest.mark.slow  # the default suite's 15 minutes: hf_call's unit test below stays in it
 def test_transformers_onnx_exporter_is_an_export_path_for_ort_and_other_models_say_why_not(tmp_path):
     proc = run_cli("--model", f"hf:{TINY_LLAMA}", "--workloads", "mlp,tiny_llama", "--backends",
                    "ort:ort-exporter=transformers", *FAST, "--output-dir", tmp_path / "run")
