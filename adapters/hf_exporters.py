@@ -29,18 +29,15 @@ def hf_call(module: Any, example_inputs: Sequence[Any]) -> tuple[Any, dict[str, 
     return model, {**dict(zip(names, example_inputs)), **module.extra}, module.output
 
 
-def export_onnx(module: Any, example_inputs: Sequence[Any], model_path: Path, opset: int, fusions: str | None) -> str:
+def export_onnx(call: tuple[Any, dict[str, Any], str], model_path: Path, opset: int, fusions: str | None) -> str:
     """Write ``model_path`` through transformers' ``OnnxExporter`` (onnxscript's optimizer on,
-    ORT's fusions for ``fusions``), its graph's outputs cut to the one the workload returns
-    (the rest, such as BERT's pooler, would be work no other backend does). Returns the path's
-    description; raises ValueError where the module has no such path."""
+    ORT's fusions for ``fusions``) from ``hf_call``'s answer, its graph's outputs cut to the
+    one the workload returns (the rest, such as BERT's pooler, would be work no other backend
+    does). Returns the path's description."""
     import onnx_ir
     from onnx_ir.passes.common import RemoveUnusedNodesPass
     from transformers.exporters import OnnxConfig, OnnxExporter
 
-    call = hf_call(module, example_inputs)
-    if isinstance(call, str):
-        raise ValueError(call)
     model, inputs, output = call
     config = OnnxConfig(opset_version=opset, ort_fusions=fusions)  # type: ignore[arg-type]
     with contextlib.redirect_stdout(io.StringIO()):  # the exporter's banners stay out of the worker's protocol

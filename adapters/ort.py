@@ -330,43 +330,43 @@ print(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
 
     @staticmethod
     def _export(module, example_inputs, ctx: CompileContext, model_path, dynamic_shapes=None) -> None:
+        with ctx.phase("export"):
+            OrtBackend._write_onnx(module, example_inputs, ctx, model_path, dynamic_shapes)
+        ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
+
+    @staticmethod
+    def _write_onnx(module, example_inputs, ctx: CompileContext, model_path, dynamic_shapes) -> None:
+        """``model_path`` from the user's ONNX file, transformers' exporter (``--ort-exporter
+        transformers``, where it applies) or torch's dynamo exporter."""
         import torch
 
         if getattr(module, "onnx_path", None):  # --model onnx:PATH: the user's file is the model
-            with ctx.phase("export"):
-                import onnx
+            import onnx
 
-                onnx.save(onnx.load(str(module.onnx_path)), str(model_path), save_as_external_data=True,
-                          location=f"{model_path.name}.data")
+            onnx.save(onnx.load(str(module.onnx_path)), str(model_path), save_as_external_data=True,
+                      location=f"{model_path.name}.data")
             ctx.info["frontend"] = "the ONNX file as given"
-            ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
             return
-        if ctx.options.ort_exporter == "transformers" and dynamic_shapes is None:
+        if ctx.options.ort_exporter == "transformers":
             from .hf_exporters import export_onnx, hf_call
 
-            why_not = hf_call(module, example_inputs)
-            if not isinstance(why_not, str):
-                with ctx.phase("export"):
-                    ctx.info["exporter"] = export_onnx(module, example_inputs, model_path, ctx.options.onnx_opset,
-                                                       "cuda" if ctx.device == "cuda" else "cpu")
-                ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
+            call = hf_call(module, example_inputs) if dynamic_shapes is None else "not used for dynamic shapes"
+            if not isinstance(call, str):
+                ctx.info["exporter"] = export_onnx(call, model_path, ctx.options.onnx_opset,
+                                                   "cuda" if ctx.device == "cuda" else "cpu")
                 return
-            ctx.info["exporter"] = f"{EXPORTERS['torch']}: --ort-exporter transformers does not apply ({why_not})"
-        elif ctx.options.ort_exporter == "transformers":
-            ctx.info["exporter"] = f"{EXPORTERS['torch']}: transformers' exporter is not used for dynamic shapes"
-        with ctx.phase("export"):
-            # The exporter prints progress banners; keep them out of the worker's protocol.
-            with contextlib.redirect_stdout(io.StringIO()):
-                torch.onnx.export(
-                    module,
-                    tuple(example_inputs),
-                    str(model_path),
-                    dynamo=True,
-                    external_data=True,
-                    opset_version=ctx.options.onnx_opset,
-                    dynamic_shapes=dynamic_shapes,
-                )
-        ctx.info["onnx_bytes"] = sum(p.stat().st_size for p in model_path.parent.glob("model.onnx*"))
+            ctx.info["exporter"] = f"{EXPORTERS['torch']}: --ort-exporter transformers does not apply ({call})"
+        # The exporter prints progress banners; keep them out of the worker's protocol.
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.onnx.export(
+                module,
+                tuple(example_inputs),
+                str(model_path),
+                dynamo=True,
+                external_data=True,
+                opset_version=ctx.options.onnx_opset,
+                dynamic_shapes=dynamic_shapes,
+            )
 
     def _stream_sessions(self, ort, ctx: CompileContext, first, model_path, threads: list[int], hit: bool):
         """--scenario offline: ``first`` and one more session per further stream, each with

@@ -582,12 +582,9 @@ def conv1d_as_conv2d():
                                      kernel_layout="HWIO", out_dtype=a.out_dtype if str(a.out_dtype) else None))
             return op.squeeze(emit(op.permute_dims(conv, [0, 3, 1, 2])), [2])  # N O 1 W -> N O W
 
-    @tvm.transform.module_pass(opt_level=0, name="Conv1dAsConv2d")
-    def rewrite(mod, _ctx):
-        for gv, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                mod[gv] = Rewrite(mod).visit_expr(func)
-        return mod
+    @relax.transform.function_pass(opt_level=0, name="Conv1dAsConv2d")
+    def rewrite(func, mod, _ctx):  # a new function: the module passed in stays as it was
+        return Rewrite(mod).visit_expr(func)
 
     return rewrite
 
