@@ -6,8 +6,10 @@ cell records the recipe it ran (``info.weight_only``).
 - torch (eager, Inductor): torchao's ``quantize_``: ``Int8WeightOnlyConfig`` (symmetric,
   per row) and, for int4 on CPU, ``PrototypeInt4WeightOnlyConfig`` (asymmetric uint4 in
   groups, ``aten._weight_int4pack_mm_for_cpu``; the stable ``Int4WeightOnlyConfig`` has no
-  CPU packing in torchao 0.18). ``set_inductor_config=False``: torchao would otherwise
-  change Inductor's global settings, and the fp32 cells compile without them.
+  CPU packing in torchao 0.18), its linears fed bf16 activations as torchao's CPU int4 recipe
+  runs the model: that kernel is vectorized for bf16 only. ``set_inductor_config=False``:
+  torchao would otherwise change Inductor's global settings, and the fp32 cells compile
+  without them.
 - ExecuTorch: 8-bit dynamic activations with int8 or int4 weights (8da8w / 8da4w,
   ``Int8DynamicActivationIntxWeightConfig``), as its ``export_llm`` does: XNNPACK delegates
   no weight-only linear.
@@ -36,7 +38,10 @@ def torchao_recipe(bits: int) -> dict[str, Any]:
         return {"quantizer": "torchao quantize_(Int8WeightOnlyConfig)", "weights": "int8 symmetric per row",
                 "activations": "fp32"}
     return {"quantizer": "torchao quantize_(PrototypeInt4WeightOnlyConfig)",
-            "weights": f"uint4 asymmetric, groups of {TORCH_INT4_GROUP}", "activations": "fp32",
+            "weights": f"uint4 asymmetric, groups of {TORCH_INT4_GROUP}, bf16 scales",
+            "activations": "bf16 into the int4 linears (cast back to fp32 after each); fp32 elsewhere",
+            "why_bf16": "aten's CPU int4 kernel is vectorized for bf16 activations only: with fp32 ones a "
+                        "896x4864 linear ran 6x (one token) to 74x (512 tokens) slower than fp32 dense on Zen 4",
             "kernel": "aten._weight_int4pack_mm_for_cpu",
             "kept_fp32": f"Linear layers whose output width is not a multiple of {INT4_PACK_N} or input width not "
                          f"of {TORCH_INT4_GROUP} (the CPU int4 packing's constraint)"}
@@ -47,13 +52,26 @@ def torchao_weight_only(module: Any, bits: int) -> Any:
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
     if bits == 8:
-        config = Int8WeightOnlyConfig(set_inductor_config=False)
-    else:
-        from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
+        quantize_(module, Int8WeightOnlyConfig(set_inductor_config=False))
+        return module
+    from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
 
-        config = PrototypeInt4WeightOnlyConfig(group_size=TORCH_INT4_GROUP, set_inductor_config=False)
-    quantize_(module, config, filter_fn=None if bits == 8 else _int4_packable)
+    for linear in [m for fqn, m in module.named_modules() if _int4_packable(m, fqn)]:
+        _feed_bf16(linear)
+    quantize_(module, PrototypeInt4WeightOnlyConfig(group_size=TORCH_INT4_GROUP, set_inductor_config=False),
+              filter_fn=_int4_packable)
     return module
+
+
+def _feed_bf16(linear: Any) -> None:
+    """``linear`` in bf16 (so its int4 scales are bf16), its input cast to bf16 and its output
+    back to fp32: the int4 kernel's vectorized path, with the rest of the model left fp32."""
+    import torch
+
+    for name, param in list(linear.named_parameters(recurse=False)):  # new tensors: a tied embedding stays fp32
+        setattr(linear, name, torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False))
+    linear.register_forward_pre_hook(lambda _, args: (args[0].to(torch.bfloat16), *args[1:]))
+    linear.register_forward_hook(lambda _, args, out: out.to(torch.float32))
 
 
 def _int4_packable(module: Any, fqn: str) -> bool:

@@ -326,6 +326,35 @@ def test_each_backends_weight_only_recipe_generates_and_is_read_against_fp32_eag
     assert cells[("eager", "int8wo")]["decode"]["accuracy_vs_fp32"]["top1_agreement"] >= 0.5  # int8 barely moves
 
 
+def test_torch_int4_feeds_its_linears_bf16_and_leaves_a_tied_embedding_fp32():
+    """torchao's CPU int4 linears take bf16 activations (the kernel's vectorized path) and hand
+    fp32 back; a lm_head tied to the embedding is quantized without turning the embedding bf16."""
+    import torch
+
+    from adapters.weight_only import torchao_weight_only
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(64, 64)
+            self.proj = torch.nn.Linear(64, 64)
+            self.head = torch.nn.Linear(64, 64, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, ids):
+            return self.head(self.proj(self.embed(ids)))
+
+    torch.manual_seed(0)
+    model, ids = Tied().eval(), torch.randint(0, 64, (1, 5))
+    with torch.no_grad():
+        expected = model(ids)
+        torchao_weight_only(model, 4)
+        got = model(ids)
+    assert model.embed.weight.dtype == torch.float32 and got.dtype == torch.float32
+    assert type(model.head.weight).__name__ == "Int4OpaqueTensor" and model.head.weight.dtype == torch.bfloat16
+    assert torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(), dim=0) > 0.98
+
+
 @pytest.mark.unit
 def test_weight_only_without_a_decode_workload_is_one_line_and_exit_2(capsys):
     from compare import cli
