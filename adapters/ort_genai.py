@@ -10,6 +10,7 @@ text is ever tokenized here: the prompt is token ids). The session uses the run'
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,6 +38,39 @@ def set_threads(genai_config: Path, threads: int) -> None:
     options = config["model"]["decoder"].setdefault("session_options", {})
     options.update(intra_op_num_threads=threads, inter_op_num_threads=1)
     genai_config.write_text(json.dumps(config, indent=2))
+
+
+def flatten_per_layer_rope(config: Any) -> bool:
+    """transformers 5 keeps Gemma 3's RoPE per layer type (``rope_parameters`` =
+    ``{"full_attention": {...}, "sliding_attention": {...}}``); ORT GenAI 0.18's Gemma 3 builder
+    reads transformers 4's flat fields (``rope_theta``, ``rope_local_base_freq``, a flat
+    ``rope_parameters``) and stops at ``KeyError: 'rope_type'``. Writes the flat fields; True
+    when it did."""
+    params = getattr(config, "rope_parameters", None)
+    if not (isinstance(params, dict) and {"full_attention", "sliding_attention"} <= set(params)):
+        return False
+    config.rope_theta = params["full_attention"]["rope_theta"]
+    config.rope_local_base_freq = params["sliding_attention"]["rope_theta"]
+    config.rope_parameters = dict(params["full_attention"])
+    return True
+
+
+@contextmanager
+def gemma3_rope_for_the_builder(info: dict[str, Any]):
+    """The builder's Gemma 3 class given transformers 4's flat RoPE fields while it builds."""
+    from onnxruntime_genai.models.builders import gemma
+
+    original = gemma.Gemma3Model.__init__
+
+    def init(self, config, *args, **kwargs):
+        if type(self) is gemma.Gemma3Model and flatten_per_layer_rope(config):
+            info["rope_shim"] = "per-layer-type rope_parameters flattened for the 0.18 builder (Gemma 3)"
+        original(self, config, *args, **kwargs)
+    gemma.Gemma3Model.__init__ = init
+    try:
+        yield
+    finally:
+        gemma.Gemma3Model.__init__ = original
 
 
 class GenAISession:
@@ -125,8 +159,9 @@ class OrtGenAIBackend(Backend):
             options = builder.parse_extra_options("", str(source), str(out), PRECISIONS[dtype], "cpu",
                                                   str(ctx.work_dir / "cache"), [])
             try:
-                builder.create_model("", str(source), str(out), PRECISIONS[dtype], "cpu", str(ctx.work_dir / "cache"),
-                                     **options)
+                with gemma3_rope_for_the_builder(ctx.info):
+                    builder.create_model("", str(source), str(out), PRECISIONS[dtype], "cpu", str(ctx.work_dir / "cache"),
+                                         **options)
             except Exception as exc:  # name the step: the builder's own errors say nothing of it
                 raise RuntimeError(f"ORT GenAI's model builder failed on {config.model_type}: "
                                    f"{type(exc).__name__}: {exc}") from exc

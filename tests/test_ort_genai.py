@@ -31,19 +31,34 @@ def test_ort_genai_takes_decode_workloads_only():
 
 @needs_genai
 @pytest.mark.slow  # two model builds: kept out of the default suite's 15 minutes
-def test_ort_genai_builds_qwen2_whose_config_names_no_end_token(tmp_path):
+def test_ort_genai_builds_qwen2_and_gemma3(tmp_path):
     # Qwen2's config has no eos_token_id: the builder took one past the vocabulary's end.
-    # Gemma 3: ORT GenAI 0.18's builder cannot read transformers 5's per-layer-type
-    # rope_parameters (KeyError 'rope_type'); the cell says the builder failed, and this test
-    # tells when an upgrade fixes it.
+    # Gemma 3: ORT GenAI 0.18's builder read only transformers 4's flat RoPE fields
+    # (KeyError 'rope_type' on transformers 5's per-layer-type rope_parameters).
     out = tmp_path / "run"
     proc = run_cli("--workloads", "qwen2_decode,gemma3_decode", "--size", "small", "--backends", "ort-genai",
                    "--threads", "2", *FAST, "--output-dir", out, "--no-history", "--quiet")
     cells = {c["workload"]: c for c in load_results(out)["cells"] if c["backend"] == "ort-genai"}
-    qwen2, gemma3 = cells["qwen2_decode"], cells["gemma3_decode"]
-    assert qwen2["status"] == "ok" and qwen2["decode"]["token_ids"] == qwen2["decode"]["eager_token_ids"], (
-        qwen2["error"], proc.stderr[-2000:])
-    assert gemma3["status"] == "failed" and "model builder failed on gemma3_text: KeyError" in gemma3["error"]
+    for workload, cell in cells.items():
+        assert cell["status"] == "ok" and cell["decode"]["token_ids"] == cell["decode"]["eager_token_ids"], (
+            workload, cell["error"], proc.stderr[-2000:])
+    assert "rope_shim" in cells["gemma3_decode"]["info"]["prefill"]
+    assert "rope_shim" not in cells["qwen2_decode"]["info"]["prefill"]
+
+
+@pytest.mark.unit
+def test_gemma3s_per_layer_rope_is_flattened_for_the_builder_and_others_are_left_alone():
+    from transformers import Gemma3TextConfig, Qwen2Config
+
+    from adapters.ort_genai import flatten_per_layer_rope
+
+    gemma3 = Gemma3TextConfig()
+    assert flatten_per_layer_rope(gemma3)
+    assert (gemma3.rope_theta, gemma3.rope_local_base_freq) == (1_000_000.0, 10_000.0)
+    assert gemma3.rope_parameters["rope_type"] == "default"
+    qwen2 = Qwen2Config()
+    before = dict(qwen2.rope_parameters)
+    assert not flatten_per_layer_rope(qwen2) and qwen2.rope_parameters == before
 
 
 @needs_genai
