@@ -44,10 +44,13 @@ class InductorOptions(BackendOptions):
         None, "torch._inductor.config.realize_reads_threshold (default: PyTorch's, 4; 1 realizes every reused "
         "pointwise buffer instead of recomputing it in each user)", flag="inductor-realize-reads-threshold",
         kind="positive_int", metavar="N")
+    # 'static' by default: 1.50-1.52x eager's tg against the explicit modules' 1.39x on Llama at
+    # SmolLM2-135M's shape, in two back-to-back runs (docs/results/2026-12-05-zen4-llm-pp512-tg128-e2d6252.md).
     inductor_llm_cache: str = option(
-        "explicit", "decode suite: 'explicit' compiles the suite's prefill and decode modules (the KV cache as "
-        "tensors in and out); 'static' compiles the transformers model's forward with its own StaticCache, as "
-        "transformers documents torch.compile for generation (cache_implementation='static')",
+        "static", "decode suite, transformers decoders: 'static' compiles the model's forward with its own "
+        "StaticCache, as transformers documents torch.compile for generation (cache_implementation='static'); "
+        "'explicit' compiles the suite's prefill and decode modules (the KV cache as tensors in and out), as "
+        "every other compiler takes them. The hand-written toy decoder always takes 'explicit'",
         flag="inductor-llm-cache", choices=("explicit", "static"))
     dynamic: bool = False  # torch.compile(dynamic=...) for the timed cells
 
@@ -244,9 +247,10 @@ with torch.no_grad():
         import torch._inductor.config
         from torch._dynamo.utils import compilation_time_metrics, counters
 
-        if (getattr(ctx.options, "inductor_llm_cache", "explicit") == "static"
-                and type(module).__name__ in ("HFPrefill", "HFDecodeStep")):
-            return self._compile_static_cache(module, example_inputs, ctx)
+        if type(module).__name__ in ("HFPrefill", "HFDecodeStep"):
+            if getattr(ctx.options, "inductor_llm_cache", "static") == "static":
+                return self._compile_static_cache(module, example_inputs, ctx)
+            ctx.info["llm_cache"] = "explicit: the suite's prefill and decode modules, the KV cache as tensors"
         mode = ctx.options.inductor_mode
         if mode not in MODES:
             raise ValueError(f"unknown inductor mode {mode!r} (known: {', '.join(MODES)})")

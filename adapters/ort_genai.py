@@ -58,19 +58,20 @@ def flatten_per_layer_rope(config: Any) -> bool:
 @contextmanager
 def gemma3_rope_for_the_builder(info: dict[str, Any]):
     """The builder's Gemma 3 class given transformers 4's flat RoPE fields while it builds."""
-    from onnxruntime_genai.models.builders import gemma
+    from onnxruntime_genai.models import builder
 
-    original = gemma.Gemma3Model.__init__
+    gemma3 = builder.Gemma3Model  # the builder imports its classes as a top-level `builders` package
+    original = gemma3.__init__
 
     def init(self, config, *args, **kwargs):
-        if type(self) is gemma.Gemma3Model and flatten_per_layer_rope(config):
+        if type(self) is gemma3 and flatten_per_layer_rope(config):
             info["rope_shim"] = "per-layer-type rope_parameters flattened for the 0.18 builder (Gemma 3)"
         original(self, config, *args, **kwargs)
-    gemma.Gemma3Model.__init__ = init
+    gemma3.__init__ = init
     try:
         yield
     finally:
-        gemma.Gemma3Model.__init__ = original
+        gemma3.__init__ = original
 
 
 class GenAISession:
@@ -170,4 +171,6 @@ class OrtGenAIBackend(Backend):
             f.stat().st_size for f in out.glob("model.onnx*"))}
         with ctx.phase("load"):
             model = og.Model(str(out))
-        return GenAISession(model, decoder.max_len)
+        # GroupQueryAttention's sliding-window cache must hold the whole window (Gemma 3: 512),
+        # even when the sequence is shorter; a longer cache changes nothing the sequence reads.
+        return GenAISession(model, max(decoder.max_len, getattr(config, "sliding_window", None) or 0))

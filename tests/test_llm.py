@@ -217,7 +217,10 @@ def _generate(tmp_path, workloads: str, backends: str) -> dict:
 
 
 def test_the_toy_and_transformers_llama_generate_eagers_tokens_through_inductor_and_ort(tmp_path):
-    _generate(tmp_path, "gpt2_decode,llama_decode", "inductor,ort")
+    cells = _generate(tmp_path, "gpt2_decode,llama_decode", "inductor,ort")
+    # Inductor's default LLM path: transformers' StaticCache for a transformers decoder; the toy's own modules.
+    assert "StaticCache" in cells[("llama_decode", "inductor")]["info"]["prefill"]["llm_cache"]
+    assert "llm_cache" not in cells[("gpt2_decode", "inductor")]["info"]["prefill"]
 
 
 @pytest.mark.slow
@@ -425,12 +428,14 @@ def test_a_failed_decode_cell_gets_a_standalone_reproducer_of_its_module(tmp_pat
 
 
 @pytest.mark.slow  # about a minute: two Inductor compiles of the model's own forward
-def test_inductor_with_transformers_static_cache_generates_eagers_tokens(tmp_path):
-    """--inductor-llm-cache static: the model's own forward compiled with transformers' StaticCache,
-    as transformers documents it, agrees with eager token for token."""
+@pytest.mark.parametrize("cache, says", [("static", "StaticCache"), ("explicit", "explicit")])
+def test_inductor_through_either_llm_path_generates_eagers_tokens(tmp_path, cache, says):
+    """--inductor-llm-cache static (the default): the model's own forward compiled with transformers'
+    StaticCache, as transformers documents it; explicit: the suite's two modules. Both agree with
+    eager token for token."""
     out = tmp_path / "run"
     proc = run_cli("--workloads", "llama_decode", "--size", "small", "--backends",
-                   "inductor:inductor-llm-cache=static", "--output-dir", out)
+                   f"inductor:inductor-llm-cache={cache}", "--output-dir", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cell = next(c for c in load_results(out)["cells"] if c["backend"].startswith("inductor"))
     assert cell["status"] == "ok" and cell["numerics_ok"], (cell["error"], cell["numerics_error"])
