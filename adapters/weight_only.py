@@ -6,8 +6,8 @@ cell records the recipe it ran (``info.weight_only``).
 - torch (eager, Inductor): torchao's ``quantize_``: ``Int8WeightOnlyConfig`` (symmetric,
   per row) and, for int4 on CPU, ``PrototypeInt4WeightOnlyConfig`` (asymmetric uint4 in
   groups, ``aten._weight_int4pack_mm_for_cpu``; the stable ``Int4WeightOnlyConfig`` has no
-  CPU packing in torchao 0.18), its linears fed bf16 activations as torchao's CPU int4 recipe
-  runs the model: that kernel is vectorized for bf16 only. ``set_inductor_config=False``:
+  CPU packing in torchao 0.18), its linears fed bf16 activations: that kernel's vectorized
+  tiles take bf16 only (docs/cli.md has the measurement). ``set_inductor_config=False``:
   torchao would otherwise change Inductor's global settings, and the fp32 cells compile
   without them.
 - ExecuTorch: 8-bit dynamic activations with int8 or int4 weights (8da8w / 8da4w,
@@ -40,8 +40,7 @@ def torchao_recipe(bits: int) -> dict[str, Any]:
     return {"quantizer": "torchao quantize_(PrototypeInt4WeightOnlyConfig)",
             "weights": f"uint4 asymmetric, groups of {TORCH_INT4_GROUP}, bf16 scales",
             "activations": "bf16 into the int4 linears (cast back to fp32 after each); fp32 elsewhere",
-            "why_bf16": "aten's CPU int4 kernel is vectorized for bf16 activations only: with fp32 ones a "
-                        "896x4864 linear ran 6x (one token) to 74x (512 tokens) slower than fp32 dense on Zen 4",
+            "why_bf16": "aten's CPU int4 kernel has vectorized tiles for bf16 activations only (docs/cli.md)",
             "kernel": "aten._weight_int4pack_mm_for_cpu",
             "kept_fp32": f"Linear layers whose output width is not a multiple of {INT4_PACK_N} or input width not "
                          f"of {TORCH_INT4_GROUP} (the CPU int4 packing's constraint)"}
