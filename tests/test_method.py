@@ -100,6 +100,64 @@ def test_reference_deviation_against_the_eager_only_cell():
     assert len(spread["beyond"]) == 1 and "mlp / tvm" in spread["beyond"][0]
 
 
+def _stretched(workload, backend, per_stretch_ms, in_cell_eager_ms):
+    """A cell timed in one process per stretch, its samples around ``per_stretch_ms``."""
+    samples = [x for ms in per_stretch_ms for x in RNG.normal(ms, ms * 0.01, 30)]
+    eager = [x for ms in in_cell_eager_ms for x in RNG.normal(ms, ms * 0.01, 30)]
+    processes = [{"stretch": str(i), "round_s": 0.01} for i in range(len(per_stretch_ms))]
+    return Cell.from_flat(workload=workload, backend=backend, status="ok", latency=_stats(samples),
+                          eager_latency=_stats(eager), compile_phases={"compile": 2.0}, compile_s=2.0,
+                          numerics_ok=True, process_samples=[30] * len(per_stretch_ms), processes=processes)
+
+
+def test_the_speedup_pairs_the_backend_with_the_eager_only_processes_of_its_stretches():
+    # The machine runs 20 % slower in the second stretch, for eager and the backend alike;
+    # the backend's worker slows the eager timed beside it by 50 % (a pool left spinning).
+    # Against the eager-only processes of the same stretches the speedup is the true 2x;
+    # against the in-cell eager it would read 3x.
+    eager = _stretched("mlp", "eager", [10.0, 12.0], [10.0, 12.0])
+    spinning = _stretched("mlp", "spinning", [5.0, 6.0], [15.0, 18.0])
+    fill_derived(RunResults(environment={}, config={}, cells=[eager, spinning]))
+    assert spinning.speedup == pytest.approx(2.0, rel=0.03)
+    lo, hi = spinning.speedup_ci
+    assert lo <= 2.0 <= hi and hi - lo < 0.3
+    assert spinning.spread.interval["reference"].startswith("eager-only")
+    assert spinning.spread.interval["in_cell_speedup"] == pytest.approx(3.0, rel=0.05)
+    assert spinning.spread.speedup_processes == pytest.approx([2.0, 2.0], rel=0.03)
+    assert spinning.costs.break_even_calls == pytest.approx(
+        2.0 / ((spinning.spread.interval["reference_ms"] - spinning.latency.median) / 1e3))
+    assert spinning.spread.reference_deviation == pytest.approx(0.5, rel=0.1)  # still shown, and flagged
+
+
+def test_without_stretches_the_speedup_stays_with_the_in_cell_eager():
+    # A run that did not interleave (--interleave off, Ray) recorded no stretch: the eager-only
+    # cell was timed at another time, so only the in-cell pairs can cancel the drift.
+    eager = _cell("mlp", "eager", 10.0, 10.0)
+    eager.eager_latency = eager.latency
+    ort = _cell("mlp", "ort", 10.0, 5.0)
+    fill_derived(RunResults(environment={}, config={}, cells=[eager, ort]))
+    assert ort.speedup == pytest.approx(ort.eager_latency.median / ort.latency.median)
+    assert ort.spread.interval["reference"].startswith("in-cell")
+    # a stretch of the cell without eager-only processes: the same fallback
+    lone = _stretched("mlp", "eager", [10.0], [10.0])
+    other = _stretched("mlp", "ort", [5.0, 5.0], [10.0, 10.0])
+    fill_derived(RunResults(environment={}, config={}, cells=[lone, other]))
+    assert other.spread.interval["reference"].startswith("in-cell")
+
+
+def test_stretch_resampling_keeps_a_stretch_s_two_sides_together():
+    from compare.measure.stats import stretch_resample_medians
+
+    # Each side doubles from stretch "0" to "1"; the ratio is 2 in both, so a resample that
+    # keeps a stretch's two sides together always reads 2, while one that drew them apart would not.
+    ref = {"0": [np.full(20, 10.0)], "1": [np.full(20, 20.0)]}
+    cand = {"0": [np.full(20, 5.0)], "1": [np.full(20, 10.0)]}
+    ra, rb = stretch_resample_medians(ref, cand, resamples=400)
+    assert set(np.round(ra / rb, 6)) == {2.0}
+    with pytest.raises(ValueError, match="no stretch"):
+        stretch_resample_medians({"0": [np.ones(3)]}, {"1": [np.ones(3)]})
+
+
 def test_geomean_uses_one_common_set_and_lists_what_it_leaves_out():
     def cell(workload, backend, speedup, status="ok"):
         return Cell.from_flat(workload=workload, backend=backend, status=status, speedup=speedup, numerics_ok=True)

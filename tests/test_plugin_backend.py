@@ -55,3 +55,36 @@ def test_the_entry_point_backend_runs_as_a_cell(plugin_path, tmp_path):
     assert "ok (echo searched 3 trials)" in summary and "; echo note from the test" in summary
     assert "TVM budget" not in summary  # no TVM in this run, so no TVM condition
     assert "<h2>Tuning curves</h2>" in (tmp_path / "run" / "report.html").read_text()
+
+
+def _install_spinner(site):
+    info = site / "dlcompare_spinner-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlcompare-spinner\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[dlcompare.backends]\nspinner = dlcompare_spinner_backend:SpinnerBackend\n"
+                                           "spinner-quiet = dlcompare_spinner_backend:QuietSpinnerBackend\n")
+    return os.pathsep.join([str(site), str(PLUGIN)])
+
+
+def test_a_backend_that_leaves_a_thread_busy_does_not_move_its_speedup(tmp_path):
+    # Issue 56: a backend whose pool keeps a thread busy after each call slows the eager
+    # timed beside it in its worker. The spinner is eager plus such a thread; spinner-quiet
+    # is the same backend with the thread asleep. Divided by the in-cell eager (the estimator
+    # before the fix, still recorded as in_cell_speedup), the spinner reads far faster than
+    # its control; divided by the eager-only processes of the same stretches, the two agree.
+    plugin = _install_spinner(tmp_path / "site")
+    proc = run_cli("--backends", "spinner,spinner-quiet", "--workloads", "mlp", "--size", "small",
+                   "--processes", "3", "--reference-processes", "3", "--time-budget", "2",
+                   "--output-dir", tmp_path / "run", env={"PYTHONPATH": plugin})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = {c["backend"]: c for c in load_results(tmp_path / "run")["cells"]}
+    spinner, quiet = cells["spinner"], cells["spinner-quiet"]
+    for cell in (spinner, quiet):
+        assert cell["status"] == "ok" and cell["interval"]["reference"].startswith("eager-only")
+        assert cell["interval"]["stretches"] == 3
+    assert spinner["eager_latency"]["median"] > 1.2 * quiet["eager_latency"]["median"]  # the thread slowed its in-cell eager
+
+    def moved(field):
+        return abs(field(spinner) / field(quiet) - 1)
+    assert moved(lambda c: c["interval"]["in_cell_speedup"]) > 0.2  # today's estimator fails the check below
+    assert moved(lambda c: c["speedup"]) < 0.15

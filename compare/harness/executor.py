@@ -61,12 +61,13 @@ class Executor(ABC):
 
 @dataclass
 class GroupRounds:
-    """One group's cells across the passes of a local run: their specs, and the results
-    of every process so far."""
+    """One group's cells across the passes of a local run: their specs, the results of
+    every process so far, and the stretch of interleaved time each process sampled in."""
     group: CellGroup
     specs: dict[str, CellSpec]
     runs: dict[str, list[CellMeasurement]]
     announced: set[str]
+    stretches: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class LocalExecutor(Executor):
@@ -116,7 +117,7 @@ class LocalExecutor(Executor):
             yield self.specs.cell(measurement, workload, b, batch, dtype, log=self.specs.log_rel(workload, b, batch, dtype))
 
     def _group_rounds(self, group: CellGroup) -> GroupRounds:
-        state = GroupRounds(group, {}, {b: [] for b in group.backends}, set())
+        state = GroupRounds(group, {}, {b: [] for b in group.backends}, set(), {b: [] for b in group.backends})
         for b in group.backends:
             spec, failure = self.specs.planned(group.workload, b, group.batch, group.dtype, interleave=True)
             if spec is not None:
@@ -130,7 +131,7 @@ class LocalExecutor(Executor):
         is ok so far is transient: an interrupted run keeps it, and --resume completes it."""
         group, cells = state.group, []
         for b in group.backends:
-            pooled = pool_processes(state.runs[b])
+            pooled = pool_processes(state.runs[b], state.stretches.get(b))
             if not final and pooled.status == "ok":
                 pooled = dataclasses.replace(pooled, transient=True)
             cells.append(self.specs.cell(pooled, group.workload, b, group.batch, group.dtype,
@@ -154,6 +155,7 @@ class LocalExecutor(Executor):
         for b, result in zip(members, ended):
             if result is not None:
                 state.runs[b].append(result)
+                state.stretches[b].append(str(index))
 
     def _processes_per_round(self, spec: CellSpec, backends, rounds: int) -> int:
         # The reference runs in several processes even when the cells run in one: each

@@ -70,11 +70,14 @@ def _median(stats: LatencyStats | None) -> float | None:
     return stats.median if stats is not None else None
 
 
-def process_summary(run: CellMeasurement) -> dict[str, Any]:
+def process_summary(run: CellMeasurement, stretch: str | None = None) -> dict[str, Any]:
+    """One process's figures; ``stretch`` names the interleaved stretch of time it sampled in
+    (the cells and eager-only processes timed in turns with it), where it had one."""
     return {"latency_median_ms": _median(run.latency), "eager_median_ms": _median(run.eager_latency),
             "pairs": run.latency.n if run.latency else None, "round_s": run.round_s, "compile_s": run.compile_s,
             "cache": run.cache, "compile_phases": run.compile_phases, "wall_s": run.wall_s,
-            "started_at": run.started_at, "numerics_ok": run.numerics_ok}
+            "started_at": run.started_at, "numerics_ok": run.numerics_ok,
+            **({"stretch": stretch} if stretch is not None else {})}
 
 
 def warm_start(runs: list[CellMeasurement]) -> dict[str, Any]:
@@ -120,9 +123,10 @@ def _pooled(stats: list[LatencyStats | None]) -> LatencyStats:
     return LatencyStats.from_ms([x for s in made for x in s.samples], made[0].number)
 
 
-def pool_processes(runs: list[CellMeasurement]) -> CellMeasurement:
+def pool_processes(runs: list[CellMeasurement], stretches: list[str] | None = None) -> CellMeasurement:
     """The cell's measurement from its processes'. A process that did not end ``ok``
-    decides the cell (with its position said); one process is returned as it is."""
+    decides the cell (with its position said); one process is returned as it is, unless
+    ``stretches`` (each process's stretch of interleaved time) must be recorded."""
     if not runs:
         raise ValueError("no process results to pool")
     failed = next((i for i, run in enumerate(runs) if run.status != "ok"), None)
@@ -135,8 +139,9 @@ def pool_processes(runs: list[CellMeasurement]) -> CellMeasurement:
     if first.latency is None:  # an experiment record: one process, as it is
         return first
     first = dataclasses.replace(first, process_samples=[run.latency.n if run.latency else 0 for run in runs])
+    named: list[str | None] = list(stretches) if stretches is not None and len(stretches) == len(runs) else [None] * len(runs)
     if len(runs) == 1:
-        return first
+        return first if named[0] is None else dataclasses.replace(first, processes=[process_summary(first, named[0])])
     numerics_ok = all(run.numerics_ok for run in runs)
     numerics_error = first.numerics_error
     if not numerics_ok and numerics_error is None:
@@ -145,7 +150,8 @@ def pool_processes(runs: list[CellMeasurement]) -> CellMeasurement:
         first, latency=_pooled([run.latency for run in runs]), eager_latency=_pooled([run.eager_latency for run in runs]),
         fp32_eager_latency=None if first.fp32_eager_latency is None else _pooled([r.fp32_eager_latency for r in runs]),
         decode=pooled_decode([run.decode for run in runs]),
-        processes=[process_summary(run) for run in runs], numerics_ok=numerics_ok, numerics_error=numerics_error,
+        processes=[process_summary(run, stretch) for run, stretch in zip(runs, named)],
+        numerics_ok=numerics_ok, numerics_error=numerics_error,
         wall_s=sum(run.wall_s or 0.0 for run in runs), crosscheck=pooled_crosscheck([run.crosscheck for run in runs]),
         **warm_start(runs))
 

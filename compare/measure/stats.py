@@ -139,6 +139,43 @@ def hierarchical_resample_medians(ref: Sequence[float], cand: Sequence[float], g
     return ra, rb
 
 
+def stretch_resample_medians(ref: dict[str, list[list[float]]], cand: dict[str, list[list[float]]],
+                             ref_block: int = 1, cand_block: int = 1, resamples: int = 2000, seed: int = 0):
+    """Medians of ``ref`` and ``cand`` over bootstrap resamples that keep what was timed
+    together: each maps a stretch of interleaved time to the sample lists of the processes
+    that sampled in it. A resample draws stretches with replacement (a chosen stretch brings
+    both sides' processes of that stretch, so the machine's slow swing stays in the pair),
+    then blocks of consecutive rounds within each process, each side on its own (the two
+    sides' samples are not paired round by round: they came from different processes)."""
+    stretches = sorted(set(ref) & set(cand))
+    if not stretches:
+        raise ValueError("no stretch of time holds samples of both sides")
+    rng = np.random.default_rng(seed)
+
+    def within(groups, block):
+        return {s: [(np.asarray(x, dtype=float), block_indices(rng, len(x), block, resamples)) for x in groups[s]]
+                for s in stretches}
+    ref_w, cand_w = within(ref, ref_block), within(cand, cand_block)
+    chosen = rng.integers(0, len(stretches), size=(resamples, len(stretches)))
+    ra, rb = np.empty(resamples), np.empty(resamples)
+    for r in range(resamples):
+        picked = [stretches[i] for i in chosen[r]] if len(stretches) > 1 else stretches
+        ra[r] = np.median(np.concatenate([x[index[r]] for s in picked for x, index in ref_w[s]]))
+        rb[r] = np.median(np.concatenate([x[index[r]] for s in picked for x, index in cand_w[s]]))
+    return ra, rb
+
+
+def interval_and_break_even(ra: np.ndarray, rb: np.ndarray, paid_s: float | None):
+    """The 95 % percentile interval of ra / rb (resampled medians of the reference and the
+    candidate, ms) and, from the same resamples, that of the break-even call count (None
+    when the speedup's interval reaches 1: no finite count can be promised)."""
+    quantiles = [100 * INTERVAL_TAIL, 100 * (1 - INTERVAL_TAIL)]
+    speedup = [float(x) for x in np.percentile(ra / rb, quantiles)]
+    if paid_s is None or speedup[0] <= 1.0:
+        return speedup, None
+    return speedup, [float(x) for x in np.percentile(paid_s / ((ra - rb) / 1e3), quantiles)]
+
+
 def speedup_and_break_even(ref: LatencyStats, cand: LatencyStats, paid_s: float | None,
                            groups: Sequence[int] | None = None, block: int = 1):
     """The 95% interval of median(ref) / median(cand) (hierarchical bootstrap: processes,
@@ -152,11 +189,7 @@ def speedup_and_break_even(ref: LatencyStats, cand: LatencyStats, paid_s: float 
     # Not expanded for the few processes: resampling rounds within each process counts its
     # sampling noise a second time (Davison & Hinkley 1997, 3.8), which offsets the (K-1)/K
     # shortfall of the between-process part; `compare stability` measures the result.
-    quantiles = [100 * INTERVAL_TAIL, 100 * (1 - INTERVAL_TAIL)]
-    speedup = [float(x) for x in np.percentile(ra / rb, quantiles)]
-    if paid_s is None or speedup[0] <= 1.0:
-        return speedup, None
-    return speedup, [float(x) for x in np.percentile(paid_s / ((ra - rb) / 1e3), quantiles)]
+    return interval_and_break_even(ra, rb, paid_s)
 
 
 def tail_speedup(ref: LatencyStats, cand: LatencyStats, groups: Sequence[int] | None = None, block: int = 1,

@@ -16,9 +16,11 @@ from compare.measure.stats import (
     NOISY_REL_IQR,
     block_rounds,
     break_even_calls,
+    interval_and_break_even,
     paired_bootstrap_medians,
     process_speedups,
     speedup_and_break_even,
+    stretch_resample_medians,
 )
 from compare.results import extensions
 from compare.results.roles import REFERENCE_BACKEND
@@ -52,14 +54,18 @@ def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
     return (None if cell.costs.tuning_s is None else excluding + cell.costs.tuning_s), excluding
 
 
+def median_round_s(cell: Cell) -> float | None:
+    rounds_s = [float(p["round_s"]) for p in (cell.spread.processes or []) if p.get("round_s")]
+    return statistics.median(rounds_s) if rounds_s else None
+
+
 def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
     """How the speedup's interval resamples this cell: its processes, then blocks of
     consecutive rounds that last at least the machine's correlation time."""
     groups = cell.spread.process_samples or ([cell.latency.n] if cell.latency else [])
-    rounds_s = [float(p["round_s"]) for p in (cell.spread.processes or []) if p.get("round_s")]
-    round_s = statistics.median(rounds_s) if rounds_s else None
-    block = min(block_rounds(correlation_s, round_s), min(groups, default=1))
+    block = min(block_rounds(correlation_s, median_round_s(cell)), min(groups, default=1))
     return {"method": "hierarchical bootstrap: processes, then blocks of rounds; percentile",
+            "reference": "in-cell eager, alternated with the backend in its worker",
             "processes": len(groups), "block_rounds": block, "correlation_s": correlation_s,
             "tail": INTERVAL_TAIL}
 
@@ -67,29 +73,96 @@ def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
 def interval_block(cell: Cell) -> int:
     """Rounds per bootstrap block for this cell's other intervals: its speedup's plan, else 1
     (eager's own cell has no plan)."""
-    return cell.spread.interval["block_rounds"] if cell.spread.interval else 1
+    return cell.spread.interval.get("block_rounds", 1) if cell.spread.interval else 1
 
 
-def fill_speedup(cell: Cell, correlation_s: float | None = None) -> None:
+def stretch_samples(cell: Cell) -> dict[str, list[list[float]]] | None:
+    """The cell's latency samples by stretch of interleaved time, one list per process;
+    None where a process sampled in no recorded stretch (a run that did not interleave)."""
+    processes, groups = cell.spread.processes or [], cell.spread.process_samples or []
+    if cell.latency is None or not groups or len(processes) != len(groups) or sum(groups) != cell.latency.n:
+        return None
+    if any("stretch" not in p for p in processes):
+        return None
+    out: dict[str, list[list[float]]] = {}
+    offset = 0
+    for process, count in zip(processes, groups):
+        out.setdefault(str(process["stretch"]), []).append(cell.latency.samples[offset:offset + count])
+        offset += count
+    return out
+
+
+def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float | None):
+    """The speedup against the workload's eager-only processes timed in the same stretches
+    of time as this cell's, where the run interleaved them: (speedup, ref median ms,
+    resampled ref medians, resampled cell medians, per-stretch speedups, plan); None where
+    it cannot be made (no such reference, or a stretch of this cell without one).
+
+    Eager timed in a backend's own worker shares that process with the backend: whatever
+    the backend leaves running after its call (a pool that keeps spinning) slows it, and
+    inflates the speedup it is divided by. The eager-only processes share no process with
+    any backend, and in an interleaved run they took turns with this cell in every stretch,
+    so the machine's drift is in both."""
+    if reference is None or reference.status != "ok" or reference.latency is None:
+        return None
+    ref_by, cand_by = stretch_samples(reference), stretch_samples(cell)
+    if not ref_by or not cand_by or not set(cand_by) <= set(ref_by):
+        return None
+    ref_by = {s: ref_by[s] for s in cand_by}
+    ref_all = [x for lists in ref_by.values() for part in lists for x in part]
+    cand_all = [x for lists in cand_by.values() for part in lists for x in part]
+    ref_ms, cand_ms = statistics.median(ref_all), statistics.median(cand_all)
+    if not cand_ms > 0:
+        return None
+    shortest = min(len(part) for lists in (*ref_by.values(), *cand_by.values()) for part in lists)
+    blocks = [min(block_rounds(correlation_s, median_round_s(c)), shortest) for c in (reference, cell)]
+    ra, rb = stretch_resample_medians(ref_by, cand_by, blocks[0], blocks[1])
+    per_stretch = [statistics.median([x for part in ref_by[s] for x in part])
+                   / statistics.median([x for part in cand_by[s] for x in part]) for s in sorted(cand_by)]
+    plan = {"method": "bootstrap: stretches of interleaved time (both sides' processes of a stretch together), "
+                      "then blocks of rounds within each process; percentile",
+            "reference": "eager-only processes timed in turns with this cell, stretch by stretch",
+            "reference_ms": ref_ms, "stretches": len(cand_by), "processes": len(cell.spread.process_samples or []),
+            "reference_processes": sum(len(lists) for lists in ref_by.values()),
+            "block_rounds": blocks[1], "reference_block_rounds": blocks[0], "correlation_s": correlation_s,
+            "tail": INTERVAL_TAIL}
+    if cell.eager_latency is not None and cell.eager_latency.median:
+        plan["in_cell_speedup"] = cell.eager_latency.median / cand_ms
+    return ref_ms / cand_ms, ref_ms, ra, rb, per_stretch, plan
+
+
+def fill_speedup(cell: Cell, correlation_s: float | None = None, reference: Cell | None = None) -> None:
+    """The cell's speedup over eager, its interval and its break-even. Against the
+    workload's eager-only processes where the run timed them in the same stretches as this
+    cell (``eager_only_pairing``), else against the eager alternated with it in its worker."""
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median or not math.isfinite(stats.median / ref.median):
         return  # no ratio to draw from a latency that is zero or not a number
     groups = cell.spread.process_samples
-    cell.speedup = ref.median / stats.median
     if cell.is_reference:
+        cell.speedup = ref.median / stats.median
         cell.noisy = any(s.rel_iqr > NOISY_REL_IQR for s in (ref, stats))
         cell.speedup_ci, cell.costs.break_even_note = None, "reference"
         return
     paid, excluding = paid_seconds(cell)
-    if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
-        cell.spread.interval = interval_plan(cell, correlation_s)
-        block = cell.spread.interval["block_rounds"]
-        cell.speedup_ci, cell.costs.break_even_ci = speedup_and_break_even(ref, stats, paid, groups, block)
-    cell.spread.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
+    paired = eager_only_pairing(cell, reference, correlation_s)
+    if paired is not None:
+        cell.speedup, eager_ms, ra, rb, per_stretch, plan = paired
+        if cell.speedup_ci is None or (cell.spread.interval or {}).get("reference") != plan["reference"]:
+            cell.spread.interval = plan
+            cell.speedup_ci, cell.costs.break_even_ci = interval_and_break_even(ra, rb, paid)
+        cell.spread.speedup_processes = per_stretch if len(per_stretch) > 1 else None
+    else:
+        cell.speedup, eager_ms = ref.median / stats.median, ref.median
+        if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
+            cell.spread.interval = interval_plan(cell, correlation_s)
+            block = cell.spread.interval["block_rounds"]
+            cell.speedup_ci, cell.costs.break_even_ci = speedup_and_break_even(ref, stats, paid, groups, block)
+        cell.spread.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
     # Noisy on the interval's width: what the next run may read, not one process's IQR.
     cell.noisy = (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup
-    cell.costs.break_even_calls = break_even_calls(paid, ref.median, stats.median)
-    cell.costs.break_even_calls_excl_tuning = break_even_calls(excluding, ref.median, stats.median)
+    cell.costs.break_even_calls = break_even_calls(paid, eager_ms, stats.median)
+    cell.costs.break_even_calls_excl_tuning = break_even_calls(excluding, eager_ms, stats.median)
     if cell.speedup_ci[0] <= 1.0:
         # Not faster beyond noise: no finite call count can be promised.
         cell.costs.break_even_calls = None
@@ -146,12 +219,13 @@ def fill_derived(results: RunResults) -> None:
     eager_only = {c.label: (c.latency if c.is_reference else c.eager_latency).median for c in results.cells
                   if c.backend == results.config.get("reference", REFERENCE_BACKEND) and c.status == "ok"
                   and c.latency and c.eager_latency}
+    references = {c.label: c for c in results.cells if c.is_reference}
     ceilings = results.experiments.get("roofline_ceilings")
     correlation_s = correlation_seconds(results)
     for cell in results.cells:
         if cell.status != "ok" or cell.latency is None:
             continue
-        fill_speedup(cell, correlation_s)
+        fill_speedup(cell, correlation_s, references.get(cell.label))
         for fill_scenario_figures in extensions.cell_figures():
             fill_scenario_figures(cell, results.config)
         fill_speedup_vs_fp32(cell)
@@ -160,8 +234,9 @@ def fill_derived(results: RunResults) -> None:
             cell.spread.reference_deviation = cell.eager_median_ms / cell.spread.eager_only_ms - 1
         if not cell.is_reference and cell.compile_s is not None and cell.eager_median_ms:
             paid = paid_seconds(cell)[0]
+            eager_ms = (cell.spread.interval or {}).get("reference_ms") or cell.eager_median_ms
             cell.costs.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
-                                                   cell.latency.median, cell.eager_median_ms)
+                                                   cell.latency.median, eager_ms)
         if ceilings and cell.instruments.work:
             cell.instruments.roofline = place(cell.instruments.work, cell.latency.median, ceilings)
         if cell.instruments.crosscheck and "ratio" in cell.instruments.crosscheck:
