@@ -150,3 +150,28 @@ def test_without_interleaving_each_cell_is_recorded_before_the_next_starts():
     executor.run_cell = lambda workload, b, **kwargs: b
     executor.run([CellGroup(SimpleNamespace(name="w"), ("eager", "inductor", "ort"), None, "fp32")])
     assert events == ["start eager", "record eager", "start inductor", "record inductor", "start ort", "record ort"]
+
+
+def test_workers_that_memory_cannot_hold_are_deferred_not_started():
+    # Room for two workers: the reference and the first cell run; the rest are deferred, and
+    # never a stretch of the reference alone (room is asked once a cell's worker is ready).
+    log, started = [], []
+    workers = [FakeWorker(n, 20, log) for n in ("eager", "a", "b", "c")]
+
+    def starter(w):
+        def start():
+            started.append(w.name)
+            return w
+        return start
+    deferred = []
+    results = run_interleaved([starter(w) for w in workers], [w.name for w in workers], "eager", 10.0, 300,
+                              room=lambda ready: len(ready) < 2, deferred=deferred)
+    assert started == ["eager", "a"] and deferred == [2, 3]
+    assert results[2] is None and results[3] is None and results[1]["finished"]
+    started.clear()
+    workers = [FakeWorker(n, 20, log) for n in ("eager", "a", "b")]
+    deferred = []
+    run_interleaved([starter(w) for w in workers], [w.name for w in workers], "eager", 10.0, 300,
+                    room=lambda ready: False, deferred=deferred)
+    assert started == ["eager", "a"] and deferred == [2]  # no room at all: still the reference and one cell
+

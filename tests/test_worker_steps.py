@@ -60,7 +60,8 @@ def test_a_backend_split_replaces_the_timed_phases_and_keeps_its_first_call(fake
     assert cell["status"] == "ok" and cell["numerics_ok"] is True
     assert cell["compile_phases"] == {"trace": 0.25, "codegen": 0.5, "first_call": 0.125}
     assert cell["compile_s"] == pytest.approx(0.875)
-    pinning = cell["info"].pop("thread_pinning")  # the worker's own reading, beside the backend's facts
+    pinning = cell["info"].pop("thread_pinning")  # the worker's own readings, beside the backend's facts
+    assert cell["info"].pop("float64_reference") == {"draws": 1, "shared": 0}  # no shared folder: computed here
     assert cell["cache"] == "hit" and cell["info"] == {"note": 1, "cache_evidence": {"files": 1}}
     assert pinning["threads"] >= 1 and pinning["pinned"] == before  # the fake backend pins nothing
 
@@ -69,7 +70,7 @@ def test_the_worker_times_the_first_call_when_the_backend_did_not(fake_backends,
     cell = _measure(_spec("plain", tmp_path, cache="warm"))
     assert list(cell["compile_phases"]) == ["wrap", "first_call"] and cell["compile_phases"]["first_call"] > 0
     assert cell["cache"] == "miss"  # warm, and the backend keeps no store: it built again
-    assert cell["tuning_s"] == 7.0 and set(cell["info"]) == {"thread_pinning"}
+    assert cell["tuning_s"] == 7.0 and set(cell["info"]) == {"thread_pinning", "float64_reference"}
     assert _measure(_spec("plain", tmp_path))["cache"] == "cold"
 
 

@@ -218,13 +218,12 @@ def test_an_onnx_file_goes_through_each_onnx_frontend_and_torch_only_backends_sa
 
 @pytest.mark.unit
 @pytest.mark.parametrize("argv,expected,preset", [
-    (["--suite", "zoo"], (1, 1, False), {"processes": 1, "reference_processes": 1, "interleave": "off",
-                                         "min_samples": 1, "timeout": 600.0}),
-    (["--suite", "zoo", "--processes", "2", "--interleave", "on", "--min-samples", "5", "--timeout", "60"], (2, 1, True),
-     {"reference_processes": 1}),
+    (["--suite", "zoo"], (3, 3, True), {"min_samples": 1, "timeout": 600.0}),
+    (["--suite", "zoo", "--processes", "2", "--interleave", "off", "--min-samples", "5", "--timeout", "60"],
+     (2, 3, False), {}),
     (["--suite", "paper"], (3, 3, True), {}),
 ])
-def test_the_zoo_runs_one_process_per_cell_unless_told_and_says_so(argv, expected, preset, tmp_path):
+def test_the_zoo_runs_several_interleaved_processes_per_cell_as_the_survey_graphs_do(argv, expected, preset, tmp_path):
     """(--backends given: the zoo's default backends are the next test's.)"""
     from compare import cli
     from compare.report.text import preset_text

@@ -62,6 +62,7 @@ class CellSpecs:
 
     def __init__(self, config):
         self.config = config
+        self.reference_dir: str | None = None  # set by an executor whose workers share a folder
 
     def planned(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32", *,
                 interleave: bool = False, dynamic: DynamicSpec | None = None
@@ -96,6 +97,7 @@ class CellSpecs:
             dynamic=dynamic,
             scenario=scenario,
             scenario_options=dict(cfg.scenario_options) if scenario == cfg.scenario else {},
+            reference_dir=self.reference_dir,
         )
 
     def base(self, workload, backend: str, batch: int | None = None, dtype: str = "fp32") -> dict[str, Any]:

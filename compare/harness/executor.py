@@ -8,8 +8,11 @@ cell as a Ray task on whichever node has the cores.
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from compare.harness.cells import CellSpecs
@@ -68,6 +71,36 @@ class GroupRounds:
     runs: dict[str, list[CellMeasurement]]
     announced: set[str]
     stretches: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    chunks: list[list[str]] = dataclasses.field(default_factory=list)  # the cells of each stretch of a pass
+
+
+# Start one more worker of a group only while the memory left holds this many times the
+# largest peak of the group's workers already started (a new backend may need more than
+# eager; a worker killed for memory costs its cell, and the kernel may pick another).
+ROOM_FACTOR = 1.5
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The peak resident memory of a process so far (VmHWM), MB; 0 where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def available_mb() -> float:
+    import psutil
+
+    return psutil.virtual_memory().available / 2**20
+
+
+def memory_room(started: list[WorkerProcess]) -> bool:
+    """Whether memory holds one more worker beside ``started``, which are ready to time."""
+    largest = max(peak_rss_mb(w.proc.pid) for w in started)
+    return available_mb() > ROOM_FACTOR * largest
 
 
 class LocalExecutor(Executor):
@@ -85,6 +118,14 @@ class LocalExecutor(Executor):
         self._current = None  # the one worker of a cell run on its own
 
     def run(self, groups: list[CellGroup]) -> None:
+        self.specs.reference_dir = tempfile.mkdtemp(prefix="dlcompare-reference-")
+        try:
+            self._run(groups)
+        finally:
+            shutil.rmtree(self.specs.reference_dir, ignore_errors=True)
+            self.specs.reference_dir = None
+
+    def _run(self, groups: list[CellGroup]) -> None:
         if not self.config.interleave:
             for group in groups:
                 for cell in self.run_group(group):
@@ -139,23 +180,41 @@ class LocalExecutor(Executor):
         return cells
 
     def _interleave(self, state: GroupRounds, plan: ProcessPlan, index: int) -> None:
-        """Pass ``index`` of one group: one process of every cell still ok, timed in turns.
-        After the first pass, the workers import at once and compile in turn."""
+        """Pass ``index`` of one group: one process of every cell still ok, timed in turns,
+        with the eager-only reference's processes among them. After the first pass, the
+        workers import at once and compile in turn. Where memory cannot hold every worker
+        of the group at once (``room``), the first pass times them in several stretches,
+        each with eager-only processes of its own, and later passes keep those stretches."""
         group, rounds = state.group, plan.count
         going = [b for b in group.backends if b in state.specs and all(r.status == "ok" for r in state.runs[b])]
         if not going:
             return
         specs = {b: dataclasses.replace(plan.spec(state.specs[b], index), await_compile=index > 0) for b in going}
-        members = [b for b in going for _ in range(self._processes_per_round(specs[b], group.backends, rounds))]
         reference = next((b for b in going if specs[b].is_reference), None)
-        starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]
+        cells = [b for b in going if b != reference]
+        chunks = [[b for b in chunk if b in cells] for chunk in state.chunks] if index > 0 and state.chunks else [cells]
+        ref_members = [reference] * self._processes_per_round(specs[reference], group.backends, rounds) if reference else []
         max_rounds = specs[going[0]].timing.max_samples  # the same for every cell of the run
-        ended = run_interleaved(starts, members, reference, self.config.timeout_s, max_rounds,
-                                on_worker=self._set_worker, concurrent_imports=index > 0)
-        for b, result in zip(members, ended):
-            if result is not None:
-                state.runs[b].append(result)
-                state.stretches[b].append(str(index))
+        stretch, first_chunks = 0, []
+        while chunks:
+            chunk = chunks.pop(0)
+            members = ref_members + chunk
+            deferred: list[int] = []
+            starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]
+            ended = run_interleaved(starts, members, reference, self.config.timeout_s, max_rounds,
+                                    on_worker=self._set_worker, concurrent_imports=index > 0,
+                                    room=memory_room if index == 0 else None, deferred=deferred)
+            left = [members[i] for i in deferred if members[i] != reference]
+            if left:
+                chunks.insert(0, left)
+            first_chunks.append([b for b in chunk if b not in left])
+            for b, result in zip(members, ended):
+                if result is not None:
+                    state.runs[b].append(result)
+                    state.stretches[b].append(f"{index}.{stretch}")
+            stretch += 1
+        if index == 0:
+            state.chunks = first_chunks
 
     def _processes_per_round(self, spec: CellSpec, backends, rounds: int) -> int:
         # The reference runs in several processes even when the cells run in one: each

@@ -87,12 +87,16 @@ def still_turns(member: Member, members: list[Member], max_rounds: int) -> bool:
 
 
 def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str | None, timeout_s: float,
-                  on_worker: Callable[[WorkerProcess | None], None] | None, concurrent_imports: bool):
+                  on_worker: Callable[[WorkerProcess | None], None] | None, concurrent_imports: bool,
+                  room: Callable[[list[WorkerProcess]], bool] | None = None, deferred: list[int] | None = None):
     """Start the workers and wait until each is ready to time. One after another, each
     importing and compiling while the others wait (a cell whose worker failed starts no
     more); or, with ``concurrent_imports`` (the warm rounds, whose workers wait for a
     compile command after their imports), all importing at once, then, once every one has
-    imported, compiling one at a time, so that each warm start is timed on a quiet machine."""
+    imported, compiling one at a time, so that each warm start is timed on a quiet machine.
+    One after another, once a cell's worker is ready beside the reference's, ``room(ready
+    workers)`` says whether memory holds one more: where it does not, that worker and the
+    rest are not started, and their indices go to ``deferred``."""
     workers: list[WorkerProcess | None] = [None] * len(starts)
     imported: list[bool] = []
     if concurrent_imports:
@@ -112,6 +116,10 @@ def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], r
                 continue  # it died importing: collect() says how
         elif cells[index] in failed:
             continue
+        elif room is not None and any(not m.reference for m in members) and not room([m.worker for m in members]):
+            if deferred is not None:
+                deferred.extend(range(index, len(starts)))
+            break
         else:
             worker = workers[index] = start()
             if on_worker:
@@ -127,14 +135,16 @@ def start_members(starts: list[Callable[[], WorkerProcess]], cells: list[str], r
 def run_interleaved(starts: list[Callable[[], WorkerProcess]], cells: list[str], reference: str | None,
                     timeout_s: float, max_rounds: int,
                     on_worker: Callable[[WorkerProcess | None], None] | None = None,
-                    concurrent_imports: bool = False) -> list[CellMeasurement | None]:
+                    concurrent_imports: bool = False, room: Callable[[list[WorkerProcess]], bool] | None = None,
+                    deferred: list[int] | None = None) -> list[CellMeasurement | None]:
     """Run one group of workers (made by ``starts``, in order; ``cells`` names the cell of
     each, as a cell may run in several processes; ``reference`` names the reference-only cell, if any)
     with interleaved timing. Returns each worker's measurement in order, or None for a worker
     not started because an earlier process of its cell failed before timing (a cell that
-    hangs must not cost its timeout K times). ``on_worker`` hears of each worker started
-    (and None at the end), so that an interrupt can kill them."""
-    members, workers = start_members(starts, cells, reference, timeout_s, on_worker, concurrent_imports)
+    hangs must not cost its timeout K times), or because memory had no room for it (its index
+    is then in ``deferred``: see ``start_members``). ``on_worker`` hears of each worker
+    started (and None at the end), so that an interrupt can kill them."""
+    members, workers = start_members(starts, cells, reference, timeout_s, on_worker, concurrent_imports, room, deferred)
     turn = 0
     while True:
         active = [m for m in members if still_turns(m, members, max_rounds)]

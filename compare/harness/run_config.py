@@ -32,15 +32,18 @@ GROUPS = {
     "instruments": "what each cell measures besides its latency",
 }
 
-# What --suite zoo changes where the command line says nothing. At published sizes a
-# worker holds the model, eager's copy and a float64 twin (Qwen2.5-0.5B: ~8 GB): the
-# default 3 processes interleaved keep 9 such workers alive per model, and the XLA
-# worker of bert_base was killed for memory on 23 GB. One process per cell, timed
-# alone, also fits the 17 models x 8 compilers in the 2 hours the zoo is sized for.
-# Untuned TVM ran bert_base at 17 s a call (85x eager): with 10 samples, warm calls and
-# 3 processes its one cell took longer than the whole of the other compilers' row. One
-# round for a call slower than the time budget (fast calls still sample to the budget or
-# a precise median), and 10 minutes per cell at most, keep the zoo within its 2 hours.
+# What --suite zoo changes where the command line says nothing. The zoo is timed as the
+# survey graphs are: 3 processes per cell in 3 passes over the run, each workload's cells
+# interleaved with eager-only processes, and every speedup against the eager-only
+# processes of its own stretches of time (compare.results.derived.eager_only_pairing).
+# One process per cell, not interleaved, compared cells timed minutes apart: the in-cell
+# eager sat up to +24 % from the eager-only cell, and 46 % of speedups fell inside the
+# other run's interval (issue 56). At published sizes a worker holds the model, eager's
+# copy and a float64 twin (Qwen2.5-0.5B: ~8 GB), so a group whose workers memory cannot
+# hold at once runs in several stretches (compare.harness.executor.memory_room).
+# Untuned TVM ran bert_base at 17 s a call (85x eager): one round for a call slower than
+# the time budget (fast calls still sample to the budget or a precise median), and 10
+# minutes per cell at most.
 # The defaults of the options each command leaves unset: ``paper`` is ``run`` with these.
 COMMAND_DEFAULTS: dict[str, dict] = {
     "run": {"backends": ["inductor", "ort", "tvm", "iree"], "numerics_draws": 1},
@@ -48,8 +51,7 @@ COMMAND_DEFAULTS: dict[str, dict] = {
 }
 # The zoo asks what lowers where: every CPU compiler, untuned TVM (tuning 17 models is hours).
 ZOO_BACKENDS = ["inductor", "aot-inductor", "ort", "openvino", "tvm-untuned", "iree", "xla", "executorch"]
-SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"backends": ZOO_BACKENDS, "processes": 1, "reference_processes": 1,
-                                           "interleave": "off", "min_samples": 1, "timeout": 600.0}}
+SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"backends": ZOO_BACKENDS, "min_samples": 1, "timeout": 600.0}}
 
 TIMEOUT_S, PROCESSES, REFERENCE_PROCESSES, CALIBRATION_BATCHES = 1800.0, 3, 3, 8
 _UNSET = object()  # the parser's default is the field's
@@ -241,7 +243,8 @@ class RunConfig:
         True, flag="--interleave", group="sampling", resume=OVERRIDABLE, derived=True, cli_default=None,
         choices=("on", "off"),
         help="time the cells of a workload in turns, so that they and the eager-only reference sample the same "
-             "stretch of time (default on, off with --suite zoo; local executor)")
+             "stretch of time, and compare each cell with the eager-only processes of its stretches (default on; "
+             "local executor)")
     # Fresh worker processes per cell, their samples pooled (pyperf's repeats): one process's
     # state biases every sample it takes. In a cold run the first compiles and the others
     # load its artifact (compare.harness.pooling.ProcessPlan).
@@ -249,7 +252,7 @@ class RunConfig:
         PROCESSES, flag="--processes", group="sampling", resume=CHECKED, cli_default=None, type=positive_int,
         metavar="K",
         help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first compiles and "
-             f"the others load its artifact (default {PROCESSES}, 1 with --suite zoo)")
+             f"the others load its artifact (default {PROCESSES})")
     # Seconds of the machine probe (a compute loop and a memory copy) before and after the
     # cells, shown in the header; 0: none.
     noise_probe_s: float = run_option(
@@ -261,7 +264,7 @@ class RunConfig:
         REFERENCE_PROCESSES, flag="--reference-processes", group="sampling", resume=CHECKED, cli_default=None,
         type=positive_int, metavar="K",
         help=f"at least K processes for the eager-only reference, pooled, so that one process's offset does not "
-             f"shift every comparison with it (default {REFERENCE_PROCESSES}, 1 with --suite zoo)")
+             f"shift every comparison with it (default {REFERENCE_PROCESSES})")
     numerics_draws: int = run_option(
         1, flag="--numerics-draws", group="sampling", resume=CHECKED, cli_default=None, type=positive_int,
         metavar="K", help=_draws_help)  # fresh input draws for the numerics check (worst case kept)

@@ -115,6 +115,9 @@ class CellSpec:
     count_work: bool = True  # count the roofline's work and read the GEMM libraries (the first process)
     store_root: str | None = None  # the store a cold cell's processes share
     fresh_store: bool = False  # the store was made empty for this process: its build is cold
+    # A folder the run's workers share on this machine: the float64 reference outputs of a
+    # workload, computed by its first worker and read by the others (compare.worker.steps)
+    reference_dir: str | None = None
     work_dir: str | None = None  # the worker's own folder (set when it is started)
     dynamic: DynamicSpec | None = None  # the dynamic-shape experiment instead of a cell
     scenario: str = "back-to-back"  # how calls are issued (--scenario: compare.scenarios)

@@ -386,6 +386,52 @@ def steady_memory(compiled, prepared, loaded: dict) -> dict[str, float | None]:
     return {"steady_state_mb": _delta(resident, loaded["rss_after_load_mb"]), "call_peak_mb": call_peak}
 
 
+class Float64Reference:
+    """The float64 eager outputs of each input draw: read from the run's shared folder
+    (``spec.reference_dir``) where an earlier worker of this workload stored them, else
+    computed on a float64 twin of the model, built only then, and stored for the next. At
+    published sizes the twin doubles a worker's memory (Qwen2.5-0.5B: 4 GB): a workload's
+    first worker makes it, and the others of an interleaved group, alive at once, do not.
+    None for an ONNX file, which runs as written and has no twin."""
+
+    def __init__(self, setup: CellSetup, spec: CellSpec):
+        quantized = setup.fp32_model is not None
+        self._source = None if getattr(setup.reference_model, "onnx_path", None) is not None else (
+            setup.fp32_model if quantized else setup.reference_model)
+        self._model64: Any = None
+        self._folder = Path(spec.reference_dir) if spec.reference_dir else None
+        self._key = f"{spec.workload_key}-seed{spec.seed}"
+        self.shared = 0  # draws read from the shared folder
+
+    @property
+    def exists(self) -> bool:
+        return self._source is not None
+
+    def outputs(self, index: int, draw_inputs: list) -> list | None:
+        import torch
+
+        from adapters import flatten_outputs
+
+        if self._source is None:
+            return None
+        path = self._folder / f"{self._key}-draw{index}.pt" if self._folder else None
+        if path is not None and path.exists():
+            self.shared += 1
+            return torch.load(path)
+        if self._model64 is None:
+            self._model64 = copy.deepcopy(self._source).double()
+        inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
+        with torch.no_grad():
+            out = [t.detach() for t in flatten_outputs(self._model64(*inputs64))]
+        if path is not None:
+            with contextlib.suppress(OSError):  # no shared folder here (another node): nothing to share
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(f".{os.getpid()}.tmp")
+                torch.save(out, partial)
+                partial.replace(path)
+        return out
+
+
 def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) -> dict[str, Any]:
     """Against eager at the cell's precision and a float64 eager reference, on several
     input draws (the first is the timing inputs); each draw is judged on its own, the
@@ -395,16 +441,14 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) ->
     from compare.measure.numerics import merge_worst
 
     quantized = setup.fp32_model is not None
-    # An ONNX file's reference is onnxruntime on the file as written: it has no float64 twin.
-    onnx_file = getattr(setup.reference_model, "onnx_path", None) is not None
-    model64 = None if onnx_file else copy.deepcopy(setup.fp32_model if quantized else setup.reference_model).double()
+    reference64 = Float64Reference(setup, spec)
     draws = setup.draw_count(spec)
     worst: dict[str, Any] = {}
     verdicts, accuracy_draws = [], []
     for index in range(draws):
         draw_inputs = setup.draw(index, spec.seed, spec.device)
         draw_outputs = outputs if index == 0 else run_once(compiled, compiled.prepare(draw_inputs))
-        checks, verdict, fp32_outputs = _check_draw(setup, model64, draw_inputs, draw_outputs)
+        checks, verdict, fp32_outputs = _check_draw(setup, reference64, index, draw_inputs, draw_outputs)
         verdicts.append(verdict)
         if quantized:
             accuracy_draws.append(draw_accuracy(draw_outputs, fp32_outputs, setup.logits))
@@ -426,10 +470,11 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) ->
         "max_rel_err_fp64": vs_fp64.get("max_rel"),
         "eager_max_abs_err_fp64": eager64.get("max_abs"),
         "accuracy": accuracy,
+        "float64_reference": {"draws": draws, "shared": reference64.shared} if reference64.exists else None,
     }
 
 
-def _check_draw(setup: CellSetup, model64, draw_inputs: list, draw_outputs: list):
+def _check_draw(setup: CellSetup, reference64: Float64Reference, index: int, draw_inputs: list, draw_outputs: list):
     """One draw's three comparisons (vs_eager, vs_fp64, eager_vs_fp64), its verdict at the
     cell's precision, and fp32 eager's outputs (int8 cells; else None)."""
     import torch
@@ -439,14 +484,14 @@ def _check_draw(setup: CellSetup, model64, draw_inputs: list, draw_outputs: list
 
     with torch.no_grad():
         reference = [t.detach() for t in flatten_outputs(setup.reference_model(*draw_inputs))]
-        inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
-        reference64 = reference if model64 is None else [t.detach() for t in flatten_outputs(model64(*inputs64))]
         fp32 = None if setup.fp32_model is None else [t.detach() for t in flatten_outputs(setup.fp32_model(*draw_inputs))]
+    outputs64 = reference64.outputs(index, draw_inputs)
+    reference64_or_eager = reference if outputs64 is None else outputs64
     no_fp64 = {"ok": False, "error": "no float64 reference (an ONNX file runs as written)"}
     checks = {"vs_eager": compare_outputs(draw_outputs, reference),
-              "vs_fp64": no_fp64 if model64 is None else compare_outputs(draw_outputs, reference64),
-              "eager_vs_fp64": no_fp64 if model64 is None else compare_outputs(reference, reference64)}
-    scale = max([0.0] + [float(t.abs().max()) for t in reference64 if t.is_floating_point() and t.numel()])
+              "vs_fp64": no_fp64 if outputs64 is None else compare_outputs(draw_outputs, outputs64),
+              "eager_vs_fp64": no_fp64 if outputs64 is None else compare_outputs(reference, outputs64)}
+    scale = max([0.0] + [float(t.abs().max()) for t in reference64_or_eager if t.is_floating_point() and t.numel()])
     # int8's verdict is taken over all draws from their accuracy; fp32's per draw here
     verdict = numerics_verdict("fp32" if setup.fp32_model is not None else setup.dtype_name, checks, scale)
     return checks, verdict, fp32
@@ -635,6 +680,7 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     steady = steady_memory(compiled, prepared, loaded)
     emit(phase="numerics")
     numerics = {**check_numerics(compiled, setup, outputs, spec), **count_cell_work(setup, spec)}
+    float64_reference = numerics.pop("float64_reference")
     emit(phase="timing")
     timed = time_against_eager(compiled, prepared, setup, spec)
     batch = setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch
@@ -669,7 +715,8 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         gemm_library=libraries,
         **scenario_figures,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
-        info={**cell_info(result), "thread_pinning": pinning, **scenario_info},
+        info={**cell_info(result), "thread_pinning": pinning, **scenario_info,
+              **({"float64_reference": float64_reference} if float64_reference else {})},
     )
 
 
