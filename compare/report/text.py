@@ -229,8 +229,22 @@ def conditions_line(results: RunResults) -> str:
             f"thread spin {cfg.get('thread_spin', 'default')}; "
             f"scenario {scenario_text(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
-            f" ({reference_processes(results)} for the reference); cache {cache}"
+            f" ({reference_processes(results)} for the reference){estimator_text(results)}; cache {cache}"
             f"{precision_text(results)}{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
+
+
+def estimator_text(results: RunResults) -> str:
+    """What each speedup is divided by (compare.results.derived.fill_speedup): the eager-only
+    processes timed in the same stretches as the cell, or the eager alternated in its worker."""
+    counts: dict[str, int] = {}
+    for cell in results.cells:
+        reference = (cell.spread.interval or {}).get("reference", "")
+        if reference:
+            kind = "eager-only processes of the same stretches" if reference.startswith("eager-only") else "in-cell eager"
+            counts[kind] = counts.get(kind, 0) + 1
+    if not counts:
+        return ""
+    return "; speedups over " + ", ".join(f"{kind} ({n} cells)" for kind, n in counts.items())
 
 
 def precision_text(results: RunResults) -> str:
