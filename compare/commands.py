@@ -92,7 +92,7 @@ def run_estimate(runner, args: argparse.Namespace, stored):
     plan = [cell for cell in runner.plan() if stored is None or stored.cell(*cell) is None]
     past = past_wall_s(history_path(args, cfg.output_dir), cpu_model(), cfg.threads)
     floor_s = max(cfg.processes, 1) * float(cfg.timing.get("budget_s") or 0.0)
-    return estimate(plan, cfg.size, cfg.device, past, floor_s, reference_walls(), cfg.threads)
+    return estimate(plan, cfg.size, cfg.device, past, floor_s, reference_walls(), cfg.threads, cfg.processes)
 
 
 class RichProgress:
@@ -173,17 +173,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     from adapters import backend_names, get_backend
     from compare.config import device_size
-    from workloads import resolve_workloads
+    from workloads import builtin_names_unique, resolve_workloads
 
     console = wide_console()
-    listed = resolve_workloads(None, args.workload_file, "all")
+    # every built-in, the zoo's and the real decoders' included, then the user's files
+    listed = [*builtin_names_unique().values(), *resolve_workloads(None, args.workload_file, "none")]
     size = args.size or device_size(args.device, listed)
     wt = Table(title=f"workloads (size {size})")
     for col in ("name", "suite", "description", "inputs", "batch dim", "dynamic dims", "source"):
         wt.add_column(col, overflow="fold")
     for w in listed:
         specs = w.input_specs(size)
-        suite = next((t for t in w.tags if t in ("paper", "models", "llm")), "-")
+        suite = next((t for t in w.tags if t in ("paper", "models", "llm", "zoo")), "-")
         wt.add_row(
             w.name, suite, w.description,
             "; ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs),

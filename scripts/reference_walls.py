@@ -21,7 +21,8 @@ def main(run_dir: str, page: str) -> None:
     flags = set(env.get("cpu_flags") or [])
     isa = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2"
     data = {"source": page, "machine": f"{env.get('cpu_model')} ({isa}), {env.get('threads')} threads",
-            "threads": env.get("threads"), "run_id": results.run_id, "cells": cells}
+            "threads": env.get("threads"), "processes": results.config.get("processes", 1), "run_id": results.run_id,
+            "cells": cells}
     REFERENCE_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"{REFERENCE_FILE.relative_to(ROOT)}: {len(cells)} cells, {sum(cells.values()) / 3600:.2f} h in all")
 

@@ -50,8 +50,11 @@ def test_list_shows_workloads_and_backends():
     for name in ("elementwise_chain", "norm_residual", "conv", "mlp", "attention", "eager", "inductor", "ort",
                  "resnet", "mobilenet_v2", "bert", "gpt2", "vit"):
         assert name in proc.stdout
-    resnet_row = next(line for line in proc.stdout.splitlines() if "│ resnet" in line)
+    resnet_row = next(line for line in proc.stdout.splitlines() if "│ resnet " in line)
     assert "models" in resnet_row and "image: float32[1, 3, 224, 224]" in resnet_row and "batch=1" in resnet_row
+    # the zoo's entries and the real decoders are listed too, each with its suite
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("│")}
+    assert "zoo" in rows["resnet50"] and "zoo" in rows["deberta_v3"] and "llm" in rows["qwen2_decode"]
 
 
 def test_noise_benchmark_prints_the_spread():

@@ -137,3 +137,27 @@ def test_a_call_slower_than_the_warm_up_and_the_sample_takes_no_extra_untimed_ca
     sampler.take_rounds(1)
     assert calls["slow"] - before["slow"] == 1  # one timed call, nothing untimed
     assert calls["fast"] - before["fast"] == 1 + sampler.numbers[1]  # one untimed call, then the sample's
+
+
+def test_the_stopping_rule_ends_on_precision_or_on_the_budget():
+    # A steady callable is known precisely after min_samples rounds and stops long before its
+    # budget; a noisy one never gets that precise and stops when its budget is spent.
+    import random
+
+    from compare.measure.timing import AlternatingSampler
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    noop = lambda: None  # noqa: E731
+    cfg = TimingConfig(warmup_s=0.0, min_sample_s=0.001, min_samples=5, budget_s=0.3, target_rel_se=0.02,
+                       sample_warmup=False)
+    steady = AlternatingSampler([Timed(lambda _: spin(0.002), None, noop)], cfg)
+    noisy = AlternatingSampler([Timed(lambda _: spin(random.uniform(0.0005, 0.005)), None, noop)], cfg)
+    for sampler in (steady, noisy):
+        while not sampler.done():
+            sampler.take_rounds(1)
+    assert steady.precise() and steady.rounds < 20 and steady.sampling_s < cfg.budget_s
+    assert not noisy.precise() and noisy.sampling_s >= cfg.budget_s and noisy.rounds > cfg.min_samples

@@ -110,11 +110,11 @@ def _stretched(workload, backend, per_stretch_ms, in_cell_eager_ms):
                           numerics_ok=True, process_samples=[30] * len(per_stretch_ms), processes=processes)
 
 
-def test_the_speedup_pairs_the_backend_with_the_eager_only_processes_of_its_stretches():
+def test_a_backend_that_moves_its_in_cell_eager_is_paired_with_the_eager_only_processes():
     # The machine runs 20 % slower in the second stretch, for eager and the backend alike;
     # the backend's worker slows the eager timed beside it by 50 % (a pool left spinning).
-    # Against the eager-only processes of the same stretches the speedup is the true 2x;
-    # against the in-cell eager it would read 3x.
+    # The check sees the in-cell eager 1.5x the eager-only processes beyond noise, so the
+    # speedup is against those, of the same stretches: the true 2x; in-cell it would read 3x.
     eager = _stretched("mlp", "eager", [10.0, 12.0], [10.0, 12.0])
     spinning = _stretched("mlp", "spinning", [5.0, 6.0], [15.0, 18.0])
     fill_derived(RunResults(environment={}, config={}, cells=[eager, spinning]))
@@ -127,6 +127,20 @@ def test_the_speedup_pairs_the_backend_with_the_eager_only_processes_of_its_stre
     assert spinning.costs.break_even_calls == pytest.approx(
         2.0 / ((spinning.spread.interval["reference_ms"] - spinning.latency.median) / 1e3))
     assert spinning.spread.reference_deviation == pytest.approx(0.5, rel=0.1)  # still shown, and flagged
+    check = spinning.spread.interval["in_cell_check"]
+    assert check["moved"] and check["ratio"] == pytest.approx(1.5, rel=0.05) and check["ci"][0] > 1.05
+
+
+def test_an_in_cell_eager_that_agrees_with_the_eager_only_processes_keeps_its_pairs():
+    # No backend moved it: the in-cell pairs (same rounds, same process) are the more precise
+    # estimator, and the check that let them stand is recorded beside the interval.
+    eager = _stretched("mlp", "eager", [10.0, 12.0], [10.0, 12.0])
+    quiet = _stretched("mlp", "ort", [5.0, 6.0], [10.1, 11.9])
+    fill_derived(RunResults(environment={}, config={}, cells=[eager, quiet]))
+    assert quiet.spread.interval["reference"].startswith("in-cell")
+    assert quiet.speedup == pytest.approx(quiet.eager_latency.median / quiet.latency.median)
+    check = quiet.spread.interval["in_cell_check"]
+    assert not check["moved"] and check["ci"][0] < 1.0 < check["ci"][1] and check["stretches"] == 2
 
 
 def test_without_stretches_the_speedup_stays_with_the_in_cell_eager():

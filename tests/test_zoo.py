@@ -295,6 +295,15 @@ def _cell(backend, status="failed", error=None, info=None, numerics_ok=True, wor
     (_cell("ort", "ok"), _cell("eager", error="RuntimeError: shapes do not match"),
      ("eager_fail", "RuntimeError: shapes do not match")),
     (_cell("tvm", "unavailable", error="apache-tvm is not installed"), None, ("unavailable", "apache-tvm is not installed")),
+    # torch.onnx's steps 1 and 2 (torch.export, its decompositions) are the export; ORT's swin and t5
+    (_cell("ort", error="ConversionError: Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step "
+                        "2/3\x1b[0m of exporting the model to ONNX.",
+           info={"failed_phase": "compile", "exception": "torch.onnx._internal.exporter._errors.ConversionError"}),
+     None, ("fail_export", "ConversionError: Failed to decompose the FX graph for ONNX compatibility. This is step 2/3 "
+                           "of exporting the model to ONNX.")),
+    (_cell("ort", error="TorchExportError: Failed to export the model with torch.export. This is step 1/3",
+           info={"failed_phase": "compile", "exception": "torch.onnx._internal.exporter._errors.TorchExportError"}),
+     None, ("fail_export", "TorchExportError: Failed to export the model with torch.export. This is step 1/3")),
 ])
 def test_each_failure_is_classified(cell, eager, expected):
     assert coverage.classify(cell, eager) == expected
@@ -391,3 +400,12 @@ def test_only_a_transformers_model_called_by_keyword_has_the_transformers_export
     from adapters.hf_exporters import hf_call
 
     assert "not a transformers model" in hf_call(torch.nn.Linear(2, 2), [torch.ones(2)])
+
+
+@pytest.mark.unit
+def test_each_failed_model_gets_its_own_reproducer():
+    # swin and t5 failed ORT on the same line; each is its own model, and its own script
+    records = [{"label": label, "backend": "ort", "status": "fail_export", "detail": "same line", "role": "candidate"}
+               for label in ("swin", "t5")]
+    assert coverage.reproducer_paths(records) == {("swin", "ort"): "reproducers/swin__ort.py",
+                                                  ("t5", "ort"): "reproducers/t5__ort.py"}

@@ -31,12 +31,13 @@ class ReferenceWalls:
     machine: str  # its CPU and thread count, as the line states them
     threads: int  # a run at another thread count takes other times: not a basis
     walls: dict[CellKey, float] = field(default_factory=dict)
+    processes: int = 1  # worker processes per cell in that run
 
     @classmethod
     def from_dict(cls, data: dict) -> "ReferenceWalls":
         walls = {tuple(key.split("|")): float(wall) for key, wall in data["cells"].items()}
         return cls(source=data["source"], machine=data["machine"], threads=int(data["threads"]),
-                   walls=walls)  # type: ignore[arg-type]
+                   walls=walls, processes=int(data.get("processes", 1)))  # type: ignore[arg-type]
 
 
 def reference_walls(path: Path = REFERENCE_FILE) -> ReferenceWalls | None:
@@ -56,6 +57,7 @@ class Estimate:
     floor_only: bool  # True: no basis at all, the figure is the timing budgets alone
     from_reference: int = 0  # cells counted at the reference run's wall time
     reference: str = ""  # that run's machine and page
+    scale: float = 1.0  # this run's processes per cell over the reference run's
 
     def line(self) -> str:
         total = _duration(self.seconds)
@@ -64,7 +66,8 @@ class Estimate:
                     "them on this CPU says what compiling takes)")
         parts = [f"{self.seen} as long as they took in earlier runs on this CPU"] if self.seen else []
         if self.from_reference:
-            parts.append(f"{self.from_reference} as long as in the reference run ({self.reference})")
+            scaled = f" x {self.scale:g} for its processes per cell" if self.scale != 1 else ""
+            parts.append(f"{self.from_reference} as long as in the reference run ({self.reference}){scaled}")
         rest = self.cells - self.seen - self.from_reference
         if rest:
             parts.append(f"{rest} never run here, counted at their median {self.unseen_each_s:.0f} s")
@@ -72,19 +75,24 @@ class Estimate:
 
 
 def estimate(plan: Iterable[tuple[str, str, int | None, str]], size: str, device: str, past: dict[CellKey, float],
-             floor_s: float, reference: ReferenceWalls | None = None, threads: int | None = None) -> Estimate:
+             floor_s: float, reference: ReferenceWalls | None = None, threads: int | None = None,
+             processes: int = 1) -> Estimate:
     """``plan``: the (workload, backend, batch, dtype) cells still to run; ``floor_s``: the
     least one cell can take (its processes times its timing budget); ``reference``: the
-    shipped run's wall times, for the cells this machine never ran at its ``threads``."""
+    shipped run's wall times, for the cells this machine never ran at its ``threads``,
+    scaled to this run's ``processes`` per cell (an upper bound where a later process loads
+    the first one's artifact instead of compiling)."""
     keys = [(variant_label(w, batch, dtype), b, size, device) for w, b, batch, dtype in plan]
     known = [past[k] for k in keys if k in past]
     walls = reference.walls if reference is not None and reference.threads == threads else {}
-    referenced = [walls[k] for k in keys if k not in past and k in walls]
+    scale = max(processes, 1) / reference.processes if walls and reference is not None else 1.0
+    referenced = [walls[k] * scale for k in keys if k not in past and k in walls]
     basis = known + referenced
     each = statistics.median(basis) if basis else floor_s
     return Estimate(cells=len(keys), seconds=sum(basis) + each * (len(keys) - len(basis)), seen=len(known),
                     unseen_each_s=each, floor_only=not basis, from_reference=len(referenced),
-                    reference=f"{reference.machine}: {reference.source}" if referenced and reference else "")
+                    reference=f"{reference.machine}: {reference.source}" if referenced and reference else "",
+                    scale=scale if referenced else 1.0)
 
 
 def _duration(seconds: float) -> str:

@@ -40,6 +40,11 @@ UNSUPPORTED_OP = (
 )
 FAILED = ("fail_export", "fail_convert", "fail_compile", "fail_accuracy")  # the statuses a reproducer is written for
 EXPORT_MODULES = ("torch._dynamo", "torch.export", "torch._export", "torch.fx.experimental.symbolic_shapes")
+# torch.onnx's exporter says which of its three steps failed: torch.export (step 1) and the
+# decompositions run on its graph (step 2) are the export; step 3, the translation to ONNX
+# ops, is a conversion.
+ONNX_EXPORT_STEPS = re.compile(r"Failed to export the model with torch\.export|Failed to decompose the FX graph")
+ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]+m(?=\S)")
 CONVERT_PHASES = ("convert", "frontend", "lower")
 PHASE_IN_ERROR = re.compile(r"in phase '(\w+)'")
 
@@ -77,7 +82,7 @@ def failure_status(cell: Cell) -> tuple[str, str]:
     if op := unsupported_op(error):
         return "fail_convert", op
     phase = info.get("failed_phase") or ((m := PHASE_IN_ERROR.search(error)) and m.group(1)) or ""
-    if str(info.get("exception", "")).startswith(EXPORT_MODULES):
+    if str(info.get("exception", "")).startswith(EXPORT_MODULES) or ONNX_EXPORT_STEPS.search(error):
         return "fail_export", first_line(info.get("first_error_line") or error)
     if phase in CONVERT_PHASES:
         return "fail_convert", first_line(error)
@@ -85,7 +90,8 @@ def failure_status(cell: Cell) -> tuple[str, str]:
 
 
 def first_line(text: str | None, limit: int = 160) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    text = ANSI_CODE.sub("", text or "")  # torch.onnx colours its step numbers
+    line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -154,10 +160,9 @@ def cell_text(record: dict[str, Any]) -> str:
 
 def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """{(label, backend): the script's path in the run folder} for every failed cell whose
-    backend has a reproducer; one script per distinct (backend, status, detail), named after
-    the first model that showed it."""
+    backend has a reproducer: one script per model, so that a user files each model's own
+    failure upstream (two models that fail on the same line may not fail for one reason)."""
     paths: dict[tuple[str, str], str] = {}
-    first: dict[tuple[str, str, str], str] = {}
     for record in records:
         if record["status"] not in FAILED or record["role"] == REFERENCE or record.get("reference"):
             continue  # the snippets lower a torch module: an ONNX file's failure has the error line alone
@@ -166,9 +171,7 @@ def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str
         except Exception:  # a backend no longer known here: no script
             snippet = None
         if snippet:
-            key = (record["backend"], record["status"], record["detail"])
-            first.setdefault(key, f"reproducers/{slug(record['label'])}__{slug(record['backend'])}.py")
-            paths[(record["label"], record["backend"])] = first[key]
+            paths[(record["label"], record["backend"])] = f"reproducers/{slug(record['label'])}__{slug(record['backend'])}.py"
     return paths
 
 

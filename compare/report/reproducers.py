@@ -98,15 +98,13 @@ def entry_of(workload, size: str) -> dict[str, Any] | None:
 
 
 def write_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
-    """Write each distinct failure's script once; returns their paths."""
+    """Write each failed model's script; returns their paths."""
     from workloads import resolve_workloads
 
     records = {(r["label"], r["backend"]): r for r in coverage.matrix(results)}
     versions = dict(results.environment.get("versions", {}))
     written = []
     for (label, backend), rel in coverage.reproducer_paths(list(records.values())).items():
-        if rel in written:  # the same failure on another model: its first model's script serves
-            continue
         record = records[(label, backend)]
         (workload,) = resolve_workloads([record["model"]], results.config.get("workload_files", []))
         workload = workload.with_batch(record["batch"]) if record["batch"] is not None else workload

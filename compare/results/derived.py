@@ -54,6 +54,15 @@ def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
     return (None if cell.costs.tuning_s is None else excluding + cell.costs.tuning_s), excluding
 
 
+IN_CELL = "in-cell eager, alternated with the backend in its worker"
+EAGER_ONLY = "eager-only processes timed in turns with this cell, stretch by stretch"
+# Which eager a speedup is divided by, where the run timed eager-only processes in the cell's
+# stretches: "guarded" (the in-cell eager, unless it sat beyond REFERENCE_TOLERANCE from the
+# eager-only processes with its whole interval: then those), "eager-only" or "in-cell".
+# A module setting for experiments (scripts/experiments/estimators_back_to_back.py).
+PAIRING = "guarded"
+
+
 def median_round_s(cell: Cell) -> float | None:
     rounds_s = [float(p["round_s"]) for p in (cell.spread.processes or []) if p.get("round_s")]
     return statistics.median(rounds_s) if rounds_s else None
@@ -65,7 +74,7 @@ def interval_plan(cell: Cell, correlation_s: float | None) -> dict:
     groups = cell.spread.process_samples or ([cell.latency.n] if cell.latency else [])
     block = min(block_rounds(correlation_s, median_round_s(cell)), min(groups, default=1))
     return {"method": "hierarchical bootstrap: processes, then blocks of rounds; percentile",
-            "reference": "in-cell eager, alternated with the backend in its worker",
+            "reference": IN_CELL,
             "processes": len(groups), "block_rounds": block, "correlation_s": correlation_s,
             "tail": INTERVAL_TAIL}
 
@@ -76,20 +85,66 @@ def interval_block(cell: Cell) -> int:
     return cell.spread.interval.get("block_rounds", 1) if cell.spread.interval else 1
 
 
-def stretch_samples(cell: Cell) -> dict[str, list[list[float]]] | None:
-    """The cell's latency samples by stretch of interleaved time, one list per process;
-    None where a process sampled in no recorded stretch (a run that did not interleave)."""
+def stretch_samples(cell: Cell, latency=None) -> dict[str, list[list[float]]] | None:
+    """The cell's latency samples (or ``latency``'s: its in-cell eager's) by stretch of
+    interleaved time, one list per process; None where a process sampled in no recorded
+    stretch (a run that did not interleave)."""
+    latency = latency or cell.latency
     processes, groups = cell.spread.processes or [], cell.spread.process_samples or []
-    if cell.latency is None or not groups or len(processes) != len(groups) or sum(groups) != cell.latency.n:
+    if latency is None or not groups or len(processes) != len(groups) or sum(groups) != latency.n:
         return None
     if any("stretch" not in p for p in processes):
         return None
     out: dict[str, list[list[float]]] = {}
     offset = 0
     for process, count in zip(processes, groups):
-        out.setdefault(str(process["stretch"]), []).append(cell.latency.samples[offset:offset + count])
+        out.setdefault(str(process["stretch"]), []).append(latency.samples[offset:offset + count])
         offset += count
     return out
+
+
+def stretch_ratio(reference: Cell, ref_by, cand: Cell, cand_by, correlation_s: float | None):
+    """median(reference) / median(cand) over ``cand_by``'s stretches, and its resampled
+    numerators and denominators (``stretch_resample_medians``)."""
+    ref_by = {s: ref_by[s] for s in cand_by}
+    ref_ms = statistics.median([x for lists in ref_by.values() for part in lists for x in part])
+    cand_ms = statistics.median([x for lists in cand_by.values() for part in lists for x in part])
+    shortest = min(len(part) for lists in (*ref_by.values(), *cand_by.values()) for part in lists)
+    blocks = [min(block_rounds(correlation_s, median_round_s(c)), shortest) for c in (reference, cand)]
+    ra, rb = stretch_resample_medians(ref_by, cand_by, blocks[0], blocks[1])
+    return ref_ms, cand_ms, ra, rb, blocks
+
+
+def eager_only_stretches(cell: Cell, reference: Cell | None):
+    """(the eager-only reference's samples by stretch, the cell's) where every stretch of the
+    cell had eager-only processes; None where the run did not time them so."""
+    if reference is None or reference.status != "ok" or reference.latency is None:
+        return None
+    ref_by, cand_by = stretch_samples(reference), stretch_samples(cell)
+    if not ref_by or not cand_by or not set(cand_by) <= set(ref_by):
+        return None
+    return ref_by, cand_by
+
+
+def in_cell_check(cell: Cell, reference: Cell | None, correlation_s: float | None) -> dict[str, Any] | None:
+    """How far the eager timed in this cell's worker sat from the eager-only processes of
+    the same stretches: the ratio of their medians with its 95 % interval (resampled as a
+    speedup is), and each stretch's own ratio. ``moved``: in two stretches or more, every
+    stretch's in-cell eager sat beyond REFERENCE_TOLERANCE on the same side (a spinning pool
+    slows every one; one eager-only process's own offset of ±10 % moves one stretch). None
+    where the run did not time them in the same stretches."""
+    found = eager_only_stretches(cell, reference)
+    in_cell = stretch_samples(cell, cell.eager_latency) if cell.eager_latency is not None else None
+    if found is None or not in_cell or reference is None:
+        return None
+    ref_by = found[0]
+    ref_ms, eager_ms, ra, rb, _ = stretch_ratio(reference, ref_by, cell, in_cell, correlation_s)
+    per_stretch = [statistics.median([x for part in in_cell[s] for x in part])
+                   / statistics.median([x for part in ref_by[s] for x in part]) for s in sorted(in_cell)]
+    moved = len(per_stretch) > 1 and (all(r > 1 + REFERENCE_TOLERANCE for r in per_stretch)
+                                      or all(r < 1 - REFERENCE_TOLERANCE for r in per_stretch))
+    return {"ratio": eager_ms / ref_ms, "ci": interval_and_break_even(rb, ra, None)[0],  # in-cell / eager-only
+            "per_stretch": per_stretch, "stretches": len(in_cell), "moved": moved}
 
 
 def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float | None):
@@ -103,27 +158,20 @@ def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float 
     inflates the speedup it is divided by. The eager-only processes share no process with
     any backend, and in an interleaved run they took turns with this cell in every stretch,
     so the machine's drift is in both."""
-    if reference is None or reference.status != "ok" or reference.latency is None:
+    found = eager_only_stretches(cell, reference)
+    if found is None or reference is None:
         return None
-    ref_by, cand_by = stretch_samples(reference), stretch_samples(cell)
-    if not ref_by or not cand_by or not set(cand_by) <= set(ref_by):
-        return None
-    ref_by = {s: ref_by[s] for s in cand_by}
-    ref_all = [x for lists in ref_by.values() for part in lists for x in part]
-    cand_all = [x for lists in cand_by.values() for part in lists for x in part]
-    ref_ms, cand_ms = statistics.median(ref_all), statistics.median(cand_all)
+    ref_by, cand_by = found
+    ref_ms, cand_ms, ra, rb, blocks = stretch_ratio(reference, ref_by, cell, cand_by, correlation_s)
     if not cand_ms > 0:
         return None
-    shortest = min(len(part) for lists in (*ref_by.values(), *cand_by.values()) for part in lists)
-    blocks = [min(block_rounds(correlation_s, median_round_s(c)), shortest) for c in (reference, cell)]
-    ra, rb = stretch_resample_medians(ref_by, cand_by, blocks[0], blocks[1])
     per_stretch = [statistics.median([x for part in ref_by[s] for x in part])
                    / statistics.median([x for part in cand_by[s] for x in part]) for s in sorted(cand_by)]
     plan = {"method": "bootstrap: stretches of interleaved time (both sides' processes of a stretch together), "
                       "then blocks of rounds within each process; percentile",
-            "reference": "eager-only processes timed in turns with this cell, stretch by stretch",
+            "reference": EAGER_ONLY,
             "reference_ms": ref_ms, "stretches": len(cand_by), "processes": len(cell.spread.process_samples or []),
-            "reference_processes": sum(len(lists) for lists in ref_by.values()),
+            "reference_processes": sum(len(ref_by[s]) for s in cand_by),
             "block_rounds": blocks[1], "reference_block_rounds": blocks[0], "correlation_s": correlation_s,
             "tail": INTERVAL_TAIL}
     if cell.eager_latency is not None and cell.eager_latency.median:
@@ -131,10 +179,31 @@ def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float 
     return ref_ms / cand_ms, ref_ms, ra, rb, per_stretch, plan
 
 
+def make_interval(cell: Cell, correlation_s: float | None, reference: Cell | None, paid: float | None) -> None:
+    """Choose the cell's eager (see ``fill_speedup``) and make its speedup's interval, the
+    break-even's, and the plan that says how (``spread.interval``)."""
+    check = in_cell_check(cell, reference, correlation_s) if PAIRING == "guarded" else None
+    use_eager_only = PAIRING == "eager-only" or bool(check and check["moved"])
+    paired = eager_only_pairing(cell, reference, correlation_s) if use_eager_only else None
+    if paired is not None:
+        _, _, ra, rb, per_stretch, plan = paired
+        cell.speedup_ci, cell.costs.break_even_ci = interval_and_break_even(ra, rb, paid)
+        cell.spread.speedup_processes = per_stretch if len(per_stretch) > 1 else None
+    else:
+        assert cell.eager_latency is not None and cell.latency is not None  # fill_speedup's precondition
+        plan = interval_plan(cell, correlation_s)
+        cell.speedup_ci, cell.costs.break_even_ci = speedup_and_break_even(
+            cell.eager_latency, cell.latency, paid, cell.spread.process_samples, plan["block_rounds"])
+    cell.spread.interval = {**plan, **({"in_cell_check": check} if check is not None else {})}
+
+
 def fill_speedup(cell: Cell, correlation_s: float | None = None, reference: Cell | None = None) -> None:
-    """The cell's speedup over eager, its interval and its break-even. Against the
-    workload's eager-only processes where the run timed them in the same stretches as this
-    cell (``eager_only_pairing``), else against the eager alternated with it in its worker."""
+    """The cell's speedup over eager, its interval and its break-even. Against the eager
+    alternated with it in its worker (pairs from the same rounds: the most precise), unless
+    that eager sat beyond noise from the eager-only processes of the same stretches
+    (``in_cell_check``): then the backend's worker moved its own reference, and the speedup is
+    against the eager-only processes (``eager_only_pairing``), which share no process with
+    any backend. The bootstraps run once, for a cell whose interval is not yet made."""
     ref, stats = cell.eager_latency, cell.latency
     if ref is None or stats is None or not stats.median or not math.isfinite(stats.median / ref.median):
         return  # no ratio to draw from a latency that is zero or not a number
@@ -145,20 +214,14 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None, reference: Cell
         cell.speedup_ci, cell.costs.break_even_note = None, "reference"
         return
     paid, excluding = paid_seconds(cell)
-    paired = eager_only_pairing(cell, reference, correlation_s)
-    if paired is not None:
-        cell.speedup, eager_ms, ra, rb, per_stretch, plan = paired
-        if cell.speedup_ci is None or (cell.spread.interval or {}).get("reference") != plan["reference"]:
-            cell.spread.interval = plan
-            cell.speedup_ci, cell.costs.break_even_ci = interval_and_break_even(ra, rb, paid)
-        cell.spread.speedup_processes = per_stretch if len(per_stretch) > 1 else None
-    else:
-        cell.speedup, eager_ms = ref.median / stats.median, ref.median
-        if cell.speedup_ci is None:  # the bootstraps depend on this cell's samples alone: once
-            cell.spread.interval = interval_plan(cell, correlation_s)
-            block = cell.spread.interval["block_rounds"]
-            cell.speedup_ci, cell.costs.break_even_ci = speedup_and_break_even(ref, stats, paid, groups, block)
+    if cell.speedup_ci is None:
+        make_interval(cell, correlation_s, reference, paid)
+    plan = cell.spread.interval or {}
+    eager_ms = plan["reference_ms"] if plan.get("reference") == EAGER_ONLY else ref.median
+    cell.speedup = eager_ms / stats.median
+    if plan.get("reference") != EAGER_ONLY:
         cell.spread.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
+    assert cell.speedup_ci is not None  # made above
     # Noisy on the interval's width: what the next run may read, not one process's IQR.
     cell.noisy = (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup
     cell.costs.break_even_calls = break_even_calls(paid, eager_ms, stats.median)
