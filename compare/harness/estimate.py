@@ -22,6 +22,11 @@ from compare.results.schema import variant_label
 __all__ = ["Estimate", "ReferenceWalls", "estimate", "past_wall_s", "reference_walls"]
 
 REFERENCE_FILE = Path(__file__).with_name("reference_walls.json")
+# What each process after a cell's first adds to its run's time, as a share of a
+# one-process cell's: the zoo's 30 cells whose one-process walls summed to 17.7 min took
+# 25.8 and 25.3 min at 3 interleaved processes (later processes load the first one's
+# artifact; docs/results/2026-12-06-zen4-zoo-back-to-back-estimators.md).
+LATER_PROCESS_SHARE = 0.23
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class Estimate:
                     "them on this CPU says what compiling takes)")
         parts = [f"{self.seen} as long as they took in earlier runs on this CPU"] if self.seen else []
         if self.from_reference:
-            scaled = f" x {self.scale:g} for its processes per cell" if self.scale != 1 else ""
+            scaled = f" x {self.scale:.2f} for this run's processes per cell" if self.scale != 1 else ""
             parts.append(f"{self.from_reference} as long as in the reference run ({self.reference}){scaled}")
         rest = self.cells - self.seen - self.from_reference
         if rest:
@@ -80,12 +85,13 @@ def estimate(plan: Iterable[tuple[str, str, int | None, str]], size: str, device
     """``plan``: the (workload, backend, batch, dtype) cells still to run; ``floor_s``: the
     least one cell can take (its processes times its timing budget); ``reference``: the
     shipped run's wall times, for the cells this machine never ran at its ``threads``,
-    scaled to this run's ``processes`` per cell (an upper bound where a later process loads
-    the first one's artifact instead of compiling)."""
+    scaled to this run's ``processes`` per cell (``LATER_PROCESS_SHARE``)."""
     keys = [(variant_label(w, batch, dtype), b, size, device) for w, b, batch, dtype in plan]
     known = [past[k] for k in keys if k in past]
     walls = reference.walls if reference is not None and reference.threads == threads else {}
-    scale = max(processes, 1) / reference.processes if walls and reference is not None else 1.0
+    def share(count: int) -> float:
+        return 1 + (max(count, 1) - 1) * LATER_PROCESS_SHARE
+    scale = share(processes) / share(reference.processes) if walls and reference is not None else 1.0
     referenced = [walls[k] * scale for k in keys if k not in past and k in walls]
     basis = known + referenced
     each = statistics.median(basis) if basis else floor_s
