@@ -198,6 +198,8 @@ class LocalExecutor(Executor):
         stretch, first_chunks = 0, []
         while chunks:
             chunk = chunks.pop(0)
+            if not chunk:
+                continue  # its cells failed in an earlier pass
             members = ref_members + chunk
             deferred: list[int] = []
             starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]

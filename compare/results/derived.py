@@ -115,6 +115,13 @@ def stretch_ratio(reference: Cell, ref_by, cand: Cell, cand_by, correlation_s: f
     return ref_ms, cand_ms, ra, rb, blocks
 
 
+def stretch_ratios(num_by: dict[str, list[list[float]]], den_by: dict[str, list[list[float]]]) -> list[float]:
+    """Each of ``num_by``'s stretches' own median over ``den_by``'s, in stretch order."""
+    def median(lists: list[list[float]]) -> float:
+        return statistics.median([x for part in lists for x in part])
+    return [median(num_by[s]) / median(den_by[s]) for s in sorted(num_by)]
+
+
 def eager_only_stretches(cell: Cell, reference: Cell | None):
     """(the eager-only reference's samples by stretch, the cell's) where every stretch of the
     cell had eager-only processes; None where the run did not time them so."""
@@ -139,8 +146,7 @@ def in_cell_check(cell: Cell, reference: Cell | None, correlation_s: float | Non
         return None
     ref_by = found[0]
     ref_ms, eager_ms, ra, rb, _ = stretch_ratio(reference, ref_by, cell, in_cell, correlation_s)
-    per_stretch = [statistics.median([x for part in in_cell[s] for x in part])
-                   / statistics.median([x for part in ref_by[s] for x in part]) for s in sorted(in_cell)]
+    per_stretch = stretch_ratios(in_cell, ref_by)
     moved = len(per_stretch) > 1 and (all(r > 1 + REFERENCE_TOLERANCE for r in per_stretch)
                                       or all(r < 1 - REFERENCE_TOLERANCE for r in per_stretch))
     return {"ratio": eager_ms / ref_ms, "ci": interval_and_break_even(rb, ra, None)[0],  # in-cell / eager-only
@@ -149,9 +155,9 @@ def in_cell_check(cell: Cell, reference: Cell | None, correlation_s: float | Non
 
 def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float | None):
     """The speedup against the workload's eager-only processes timed in the same stretches
-    of time as this cell's, where the run interleaved them: (speedup, ref median ms,
-    resampled ref medians, resampled cell medians, per-stretch speedups, plan); None where
-    it cannot be made (no such reference, or a stretch of this cell without one).
+    of time as this cell's, where the run interleaved them: (resampled ref medians, resampled
+    cell medians, per-stretch speedups, plan); None where it cannot be made (no such
+    reference, or a stretch of this cell without one).
 
     Eager timed in a backend's own worker shares that process with the backend: whatever
     the backend leaves running after its call (a pool that keeps spinning) slows it, and
@@ -165,8 +171,7 @@ def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float 
     ref_ms, cand_ms, ra, rb, blocks = stretch_ratio(reference, ref_by, cell, cand_by, correlation_s)
     if not cand_ms > 0:
         return None
-    per_stretch = [statistics.median([x for part in ref_by[s] for x in part])
-                   / statistics.median([x for part in cand_by[s] for x in part]) for s in sorted(cand_by)]
+    per_stretch = [1 / r for r in stretch_ratios(cand_by, ref_by)]
     plan = {"method": "bootstrap: stretches of interleaved time (both sides' processes of a stretch together), "
                       "then blocks of rounds within each process; percentile",
             "reference": EAGER_ONLY,
@@ -176,7 +181,7 @@ def eager_only_pairing(cell: Cell, reference: Cell | None, correlation_s: float 
             "tail": INTERVAL_TAIL}
     if cell.eager_latency is not None and cell.eager_latency.median:
         plan["in_cell_speedup"] = cell.eager_latency.median / cand_ms
-    return ref_ms / cand_ms, ref_ms, ra, rb, per_stretch, plan
+    return ra, rb, per_stretch, plan
 
 
 def make_interval(cell: Cell, correlation_s: float | None, reference: Cell | None, paid: float | None) -> None:
@@ -186,7 +191,7 @@ def make_interval(cell: Cell, correlation_s: float | None, reference: Cell | Non
     use_eager_only = PAIRING == "eager-only" or bool(check and check["moved"])
     paired = eager_only_pairing(cell, reference, correlation_s) if use_eager_only else None
     if paired is not None:
-        _, _, ra, rb, per_stretch, plan = paired
+        ra, rb, per_stretch, plan = paired
         cell.speedup_ci, cell.costs.break_even_ci = interval_and_break_even(ra, rb, paid)
         cell.spread.speedup_processes = per_stretch if len(per_stretch) > 1 else None
     else:
