@@ -193,13 +193,12 @@ class LocalExecutor(Executor):
         reference = next((b for b in going if specs[b].is_reference), None)
         cells = [b for b in going if b != reference]
         chunks = [[b for b in chunk if b in cells] for chunk in state.chunks] if index > 0 and state.chunks else [cells]
+        chunks = [chunk for chunk in chunks if chunk] or [[]]  # a stretch whose cells all failed: none; eager alone: one
         ref_members = [reference] * self._processes_per_round(specs[reference], group.backends, rounds) if reference else []
         max_rounds = specs[going[0]].timing.max_samples  # the same for every cell of the run
         stretch, first_chunks = 0, []
         while chunks:
             chunk = chunks.pop(0)
-            if not chunk:
-                continue  # its cells failed in an earlier pass
             members = ref_members + chunk
             deferred: list[int] = []
             starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]
