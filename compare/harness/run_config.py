@@ -34,8 +34,8 @@ GROUPS = {
 
 # What --suite zoo changes where the command line says nothing. The zoo is timed as the
 # survey graphs are: 3 processes per cell in 3 passes over the run, each workload's cells
-# interleaved with eager-only processes, and every speedup against the eager-only
-# processes of its own stretches of time (compare.results.derived.eager_only_pairing).
+# interleaved with eager-only processes, and every cell's in-cell eager checked against
+# the eager-only processes of its own stretches of time (compare.results.derived.fill_speedup).
 # One process per cell, not interleaved, compared cells timed minutes apart: the in-cell
 # eager sat up to +24 % from the eager-only cell, and 46 % of speedups fell inside the
 # other run's interval (issue 56). At published sizes a worker holds the model, eager's
