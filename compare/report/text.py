@@ -12,7 +12,7 @@ from compare.report.backends import backend_class
 from compare.report.crosscheck import crosscheck_markdown
 from compare.report.explain import explain_markdown
 from compare.report.int8 import int8_markdown
-from compare.results.derived import REFERENCE_TOLERANCE, reference_spread
+from compare.results.derived import EAGER_ONLY, REFERENCE_TOLERANCE, reference_spread
 from compare.results.schema import Cell, RunResults, atomic_write_text, cells_frame
 from compare.scenarios import DEFAULT, ReportSection, scenarios
 
@@ -240,7 +240,7 @@ def estimator_text(results: RunResults) -> str:
     for cell in results.cells:
         reference = (cell.spread.interval or {}).get("reference", "")
         if reference:
-            kind = "eager-only processes of the same stretches" if reference.startswith("eager-only") else "in-cell eager"
+            kind = "eager-only processes of the same stretches" if reference == EAGER_ONLY else "in-cell eager"
             counts[kind] = counts.get(kind, 0) + 1
     if not counts:
         return ""

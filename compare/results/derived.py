@@ -57,8 +57,9 @@ def paid_seconds(cell: Cell) -> tuple[float | None, float | None]:
 IN_CELL = "in-cell eager, alternated with the backend in its worker"
 EAGER_ONLY = "eager-only processes timed in turns with this cell, stretch by stretch"
 # Which eager a speedup is divided by, where the run timed eager-only processes in the cell's
-# stretches: "guarded" (the in-cell eager, unless it sat beyond REFERENCE_TOLERANCE from the
-# eager-only processes with its whole interval: then those), "eager-only" or "in-cell".
+# stretches: "guarded" (the in-cell eager, unless in every stretch it sat beyond
+# REFERENCE_TOLERANCE from the eager-only processes on the same side: then those; see
+# ``in_cell_check``), "eager-only" or "in-cell".
 # A module setting for experiments (scripts/experiments/estimators_back_to_back.py).
 PAIRING = "guarded"
 
@@ -202,6 +203,14 @@ def make_interval(cell: Cell, correlation_s: float | None, reference: Cell | Non
     cell.spread.interval = {**plan, **({"in_cell_check": check} if check is not None else {})}
 
 
+def divided_by_ms(cell: Cell) -> float:
+    """The eager median the cell's speedup divides: the eager-only processes' where its
+    interval was made against them, else its in-cell eager's."""
+    plan = cell.spread.interval or {}
+    assert cell.eager_latency is not None  # a cell with a speedup
+    return plan["reference_ms"] if plan.get("reference") == EAGER_ONLY else cell.eager_latency.median
+
+
 def fill_speedup(cell: Cell, correlation_s: float | None = None, reference: Cell | None = None) -> None:
     """The cell's speedup over eager, its interval and its break-even. Against the eager
     alternated with it in its worker (pairs from the same rounds: the most precise), unless
@@ -221,10 +230,9 @@ def fill_speedup(cell: Cell, correlation_s: float | None = None, reference: Cell
     paid, excluding = paid_seconds(cell)
     if cell.speedup_ci is None:
         make_interval(cell, correlation_s, reference, paid)
-    plan = cell.spread.interval or {}
-    eager_ms = plan["reference_ms"] if plan.get("reference") == EAGER_ONLY else ref.median
+    eager_ms = divided_by_ms(cell)
     cell.speedup = eager_ms / stats.median
-    if plan.get("reference") != EAGER_ONLY:
+    if (cell.spread.interval or {}).get("reference") != EAGER_ONLY:
         cell.spread.speedup_processes = process_speedups(ref, stats, groups) if groups and len(groups) > 1 else None
     assert cell.speedup_ci is not None  # made above
     # Noisy on the interval's width: what the next run may read, not one process's IQR.
@@ -302,9 +310,8 @@ def fill_derived(results: RunResults) -> None:
             cell.spread.reference_deviation = cell.eager_median_ms / cell.spread.eager_only_ms - 1
         if not cell.is_reference and cell.compile_s is not None and cell.eager_median_ms:
             paid = paid_seconds(cell)[0]
-            eager_ms = (cell.spread.interval or {}).get("reference_ms") or cell.eager_median_ms
             cell.costs.amortization = amortization_curve(paid if paid is not None else cell.compile_s,
-                                                   cell.latency.median, eager_ms)
+                                                   cell.latency.median, divided_by_ms(cell))
         if ceilings and cell.instruments.work:
             cell.instruments.roofline = place(cell.instruments.work, cell.latency.median, ceilings)
         if cell.instruments.crosscheck and "ratio" in cell.instruments.crosscheck:
