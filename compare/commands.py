@@ -133,7 +133,8 @@ class RichProgress:
         elif cell.error:
             detail += f": {cell.error[:100]}"
         self._progress.console.print(f"  {cell.label} x {cell.backend}: {detail}", highlight=False)
-        self._progress.advance(self._task)
+        if self._task is not None:  # a cell can fail before any cell started (a model that cannot be built)
+            self._progress.advance(self._task)
 
 
 def finalize_outputs(results, config, args, console) -> None:

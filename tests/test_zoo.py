@@ -113,7 +113,7 @@ def test_a_users_causal_lm_generates_with_suite_llm_and_runs_its_forward_otherwi
         return decode
 
     decode = mine_decode()
-    assert decode.name == "mine_decode" and decode.source == spec and list(decode.sizes) == ["default"]
+    assert decode.name == "mine_decode" and decode.source == spec and list(decode.sizes) == ["small", "default"]
     assert decode.params("default")["weights"] is None and "its own weights" not in decode.description
     assert [w.name for w in resolve_workloads(None, [spec], "none")] == ["mine"]
     (mine / "model.safetensors").write_bytes(b"")  # named, not read, when the workload is planned

@@ -131,6 +131,9 @@ def resolve_workloads(names: Iterable[str] | None, files: Iterable[str | Path] =
                 raise WorkloadError(f"--model {file}: the decode suite (--suite llm) generates with transformers "
                                     "Llama, Qwen2 and Gemma 3 causal LMs (hf:DIR or hf:config.json)")
         for w in loaded:
+            if w.name in from_files:  # never a silent merge: every model a user names runs
+                hint = f"; name one: --model OTHER={w.source}" if is_model_spec(w.source) else ""
+                raise WorkloadError(f"two workloads named {w.name!r} ({from_files[w.name].source} and {w.source}){hint}")
             from_files[w.name] = w
     available.update(from_files)  # a user file may override a built-in on purpose
     if names is None:

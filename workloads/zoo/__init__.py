@@ -13,14 +13,16 @@ transformers' SDPA attention where the class has it (else its own: DeBERTa-v2).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..base import TensorSpec, Workload, WorkloadError, lazy
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-KINDS = ("text", "text2text", "image", "mel", "waveform")
+KINDS = ("text", "text2text", "image", "mel", "waveform", "text_image")
 
 
 def guard_torchvision(torch_version: str) -> bool:
@@ -31,20 +33,13 @@ def guard_torchvision(torch_version: str) -> bool:
     ("operator torchvision::nms does not exist"), which takes transformers and timm down
     with it. The models need none of those ops: stand in for that registration module, so
     classification and segmentation models build (a detection model's nms raises when
-    called). Reads torchvision's version file only; True when the stand-in was put in."""
-    import importlib.util
-    import sys
-    import types
+    called). The logic is ``dlcompare_torchvision_guard.apply`` (the repository root's
+    module), which an installed dlcompare's .pth runs in every interpreter of the venv
+    already; this call covers a worker run from a checkout without it (PYTHONPATH). Reads
+    torchvision's version file only; True when the stand-in is in place."""
+    import dlcompare_torchvision_guard
 
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or not spec.submodule_search_locations or "+cpu" not in torch_version:
-        return False
-    version_file = Path(list(spec.submodule_search_locations)[0]) / "version.py"
-    built = version_file.read_text() if version_file.is_file() else ""
-    if "+cu" not in built:
-        return False
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
-    return True
+    return dlcompare_torchvision_guard.apply(torch_version)
 
 
 def import_torchvision():
@@ -55,6 +50,18 @@ def import_torchvision():
     import torchvision
 
     return torchvision
+
+
+# Nothing is downloaded at run time: every library that could reach a hub is told so.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def offline_imports() -> None:
+    """Nothing may download; torchvision made importable before transformers and timm,
+    which import it when it is there."""
+    os.environ.update(OFFLINE_ENV)
+    with contextlib.suppress(ImportError):
+        import_torchvision()
 
 
 def entry_names() -> list[str]:
@@ -82,6 +89,8 @@ def call_text(entry: Mapping[str, Any]) -> str:
     what = "encoder" if entry.get("class") == "WhisperModel" else entry.get("class") or entry.get("model")
     extra = ", use_cache=False" if entry.get("family") in ("decoder", "encoder-decoder") else ""
     output = f".{entry['output']}" if entry.get("output") else ""
+    if entry.get("output_class"):  # read from the class (hf_class): say where it came from
+        output += f" (the first field of {entry['output_class']})"
     return f"{what}({names}{extra}){output}"
 
 
@@ -90,6 +99,7 @@ def input_names(kind: str) -> list[tuple[str, str]]:
     return {"text": [("input_ids", "ids"), ("attention_mask", "mask")],
             "text2text": [("input_ids", "ids"), ("attention_mask", "mask"), ("decoder_input_ids", "decoder_ids")],
             "image": [("pixel_values", "image")],
+            "text_image": [("input_ids", "ids"), ("attention_mask", "mask"), ("pixel_values", "image")],
             "mel": [("input_features", "mel")],
             "waveform": [("input_values", "waveform")]}[kind]
 
@@ -100,7 +110,7 @@ def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
     shapes = {"ids": ((b, params.get("seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
               "mask": ((b, params.get("seq", 0)), "int64", "ones"),
               "decoder_ids": ((b, params.get("decoder_seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
-              "image": ((b, 3, params.get("image", 0), params.get("image", 0)), "float32", "randn"),
+              "image": ((b, params.get("channels", 3), params.get("image", 0), params.get("image", 0)), "float32", "randn"),
               "mel": ((b, params.get("mel_bins", 0), params.get("frames", 0)), "float32", "randn"),
               "waveform": ((b, params.get("samples", 0)), "float32", "randn")}
     specs = []
@@ -117,9 +127,9 @@ def size_params(entry: Mapping[str, Any], size: str, origin: str) -> dict[str, A
         raise WorkloadError(f"zoo entry {entry.get('name')!r}: inputs.kind must be one of {', '.join(KINDS)}")
     config = sized_config(entry, size)
     params: dict[str, Any] = {"origin": origin, "size": size, "batch": 1, **inputs}
-    if inputs["kind"] in ("text", "text2text"):
+    if inputs["kind"] in ("text", "text2text", "text_image") and "vocab" not in inputs:
         params["vocab"] = int(config["vocab_size"])
-    if inputs["kind"] == "mel":
+    if inputs["kind"] == "mel" and "mel_bins" not in inputs:
         params["mel_bins"] = int(config.get("num_mel_bins", 80))
     return params
 

@@ -2,9 +2,7 @@
 without pretrained weights, saved torch.export programs. Imported by ``build_model`` only."""
 from __future__ import annotations
 
-import contextlib
 import inspect
-import os
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -12,11 +10,9 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from . import import_torchvision, input_names, load_entry, sized_config
+from . import import_torchvision, input_names, load_entry, offline_imports, sized_config
 from .onnx_file import REFERENCE, input_specs
 
-# Nothing is downloaded at run time: every library that could reach a hub is told so.
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 ATTENTION = "sdpa"  # transformers' default attention on CPU, named so every backend gets the same graph
 
 
@@ -71,14 +67,6 @@ def build_model(params: Mapping[str, Any]) -> nn.Module:
     accepted = inspect.signature(model.forward).parameters
     extra = {"use_cache": False} if "use_cache" in accepted else {}
     return Called(model.eval(), names, entry.get("output"), extra)
-
-
-def offline_imports() -> None:
-    """Nothing may download; torchvision made importable before transformers and timm,
-    which import it when it is there."""
-    os.environ.update(OFFLINE_ENV)
-    with contextlib.suppress(ImportError):
-        import_torchvision()
 
 
 def hf_decoder(params: Mapping[str, Any]) -> nn.Module:

@@ -12,6 +12,7 @@ Nothing is fetched from the network: a name that would need a download (a Hub id
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -21,30 +22,32 @@ from ..base import TensorSpec, Workload, WorkloadError, lazy
 from . import entry_names, entry_workload, load_entry
 
 PREFIXES = ("hf", "timm", "torchvision", "pt2", "onnx")
-TEXT_SEQ = 128  # tokens of a text model's input unless the entry says otherwise
 IMAGE_SIDE = 224
-VISION_TYPES = {"vit", "deit", "swin", "swinv2", "convnext", "convnextv2", "beit", "dinov2", "resnet", "regnet",
-                "efficientnet", "mobilenet_v2", "mobilevit", "levit", "poolformer", "segformer", "dpt", "detr"}
-WAVEFORM_TYPES = {"wav2vec2", "hubert", "wavlm", "data2vec-audio", "unispeech", "sew"}
+NAMED = re.compile(rf"^([a-z][a-z0-9_]*)=((?:{'|'.join(PREFIXES)}):.*)$")  # NAME=kind:...
 
 
 def is_model_spec(text: str) -> bool:
-    return bool(re.match(rf"^({'|'.join(PREFIXES)}):", str(text)))
+    return bool(re.match(rf"^({'|'.join(PREFIXES)}):", split_name(str(text))[1]))
 
 
 def spec_workloads(spec: str) -> list[Workload]:
     """The workload a ``--model`` spec stands for (WorkloadError: one line, before anything runs)."""
-    kind, _, rest = spec.partition(":")
+    given, bare = split_name(spec)
+    kind, _, rest = bare.partition(":")
     if not rest:
         raise WorkloadError(f"--model {spec}: give a name or path after '{kind}:'")
     if kind == "onnx":
         from .onnx_file import onnx_workload
 
-        return [onnx_workload(spec, Path(rest).expanduser())]
+        return [renamed(onnx_workload(spec, Path(rest).expanduser()), given)]
     if kind == "pt2":
-        return [pt2_workload(spec, Path(rest))]
+        return [renamed(pt2_workload(spec, Path(rest)), given)]
     entry = spec_entry(spec)
-    return [entry_workload(entry, spec, sizes=sizes_of(entry, spec)), *decode_workloads(entry, spec)]
+    return [entry_workload(entry, spec, sizes=SIZES), *decode_workloads(entry, spec)]
+
+
+def renamed(workload: Workload, name: str | None) -> Workload:
+    return workload if name is None else dataclasses.replace(workload, name=name)
 
 
 def decode_workloads(entry: dict[str, Any], spec: str) -> list[Workload]:
@@ -52,30 +55,34 @@ def decode_workloads(entry: dict[str, Any], spec: str) -> list[Workload]:
     run by ``--suite llm``), with the folder's own weights when it has them."""
     from ..llm import DECODE_MODEL_TYPES, HF_DECODERS, decode_workload, hf_decode_workload
 
-    if spec.startswith("hf:") and spec[3:] in entry_names():  # a zoo entry: the decode suite's own, if it has one
-        return [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == spec[3:]]
+    path = spec_path(spec)
+    if path in entry_names():  # a zoo entry: the decode suite's own, if it has one
+        return [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == path]
     if entry.get("family") != "decoder" or entry.get("config", {}).get("model_type") not in DECODE_MODEL_TYPES:
         return []
-    return [decode_workload(f"{entry['name']}_decode", entry, spec, sizes_of(entry, spec))]
+    return [decode_workload(f"{entry['name']}_decode", entry, spec, SIZES)]
 
 
-def sizes_of(entry: dict[str, Any], spec: str) -> tuple[str, ...]:
-    """A zoo entry has its shrunk test size; a user's model runs as given."""
-    return ("small", "default") if spec.startswith("hf:") and "small" in entry and "/" not in spec else ("default",)
+# Every --size: a zoo entry at its shrunk test size or published size; a user's model as
+# given at both (its entry has no "small"), so that it runs beside the zoo at either.
+SIZES = ("small", "default")
 
 
 def spec_entry(spec: str) -> dict[str, Any]:
     """The entry (the zoo's JSON shape) that a hf:, timm: or torchvision: spec stands for.
     The worker calls this again to build the model, so it must not depend on the parent."""
-    kind, _, rest = spec.partition(":")
+    given, bare = split_name(spec)
+    kind, _, rest = bare.partition(":")
     if kind == "hf":
-        return hf_entry(spec, rest)
-    if kind == "timm":
-        return vision_entry(spec, "timm", rest, timm_image_side(spec, rest))
-    if kind == "torchvision":
+        entry = hf_entry(spec, rest)
+    elif kind == "timm":
+        entry = vision_entry(spec, "timm", rest, timm_image_side(spec, rest))
+    elif kind == "torchvision":
         check_torchvision_name(spec, rest)
-        return vision_entry(spec, "torchvision", rest, IMAGE_SIDE)
-    raise WorkloadError(f"--model {spec}: unknown kind {kind!r} (known: {', '.join(PREFIXES)})")
+        entry = vision_entry(spec, "torchvision", rest, IMAGE_SIDE)
+    else:
+        raise WorkloadError(f"--model {spec}: unknown kind {kind!r} (known: {', '.join(PREFIXES)})")
+    return {**entry, "name": given} if given else entry
 
 
 def hf_entry(spec: str, rest: str) -> dict[str, Any]:
@@ -98,37 +105,44 @@ def hf_entry(spec: str, rest: str) -> dict[str, Any]:
 
 
 def config_entry(spec: str, config: dict[str, Any], weights_dir: str | None) -> dict[str, Any]:
-    """A transformers config as a zoo entry: its first architecture, the inputs its type takes."""
+    """A transformers config as a zoo entry: the class it names (else its AutoModel class),
+    and the inputs and output that class declares (``hf_class``)."""
+    from .hf_class import describe
+
     if "model_type" not in config:
         raise WorkloadError(f"--model {spec}: config has no model_type")
-    classes = config.get("architectures") or []
-    if not classes:
-        raise WorkloadError(f"--model {spec}: config names no architectures (the transformers class to build)")
-    cls, model_type = classes[0], config["model_type"]
-    kind = ("image" if model_type in VISION_TYPES else "waveform" if model_type in WAVEFORM_TYPES
-            else "mel" if model_type == "whisper" else "text2text" if config.get("is_encoder_decoder") else "text")
-    inputs: dict[str, Any] = {"kind": kind}
-    if kind in ("text", "text2text"):
-        inputs.update(seq=TEXT_SEQ, **({"decoder_seq": 32} if kind == "text2text" else {}))
-    elif kind == "image":
-        inputs["image"] = int(config.get("image_size", IMAGE_SIDE)) if not isinstance(config.get("image_size"), list) \
-            else int(config["image_size"][0])
-    elif kind == "mel":
-        inputs["frames"] = 2 * int(config.get("max_source_positions", 1500))
-    else:
-        inputs["samples"] = 16000
-    heads = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "Classification")
-    family = "vision" if kind == "image" else "speech" if kind in ("mel", "waveform") else \
-        "encoder-decoder" if kind == "text2text" else "decoder" if cls.endswith(("ForCausalLM", "LMHeadModel")) else "encoder"
-    name = re.sub(r"[^a-z0-9_]", "_", (Path(spec[3:]).parent.name if spec.endswith(".json") else Path(spec[3:]).name
-                                       ).lower()) or model_type.replace("-", "_")
-    return {"name": name, "title": f"{cls} from {spec[3:]}" + (" (its weights)" if weights_dir else " (seeded random weights)"),
-            "family": family, "source": "hf", "class": cls, "config": config, "inputs": inputs,
-            "output": "logits" if cls.endswith(heads) else "last_hidden_state", "weights": weights_dir}
+    declared = describe(spec, config)
+    path = spec_path(spec)
+    return {"name": default_name(spec, path, config["model_type"]),
+            "title": f"{declared['class']} from {path}" + (" (its weights" if weights_dir else " (seeded random weights")
+            + ", as given at every --size)",
+            "source": "hf", "config": config, "weights": weights_dir, **declared}
+
+
+def default_name(spec: str, path: str, fallback: str) -> str:
+    """A user's model is named after its file (``cfgs/a.json``: ``a``), or its folder when
+    the file is a ``config.json`` or the spec a folder; ``NAME=`` in the spec overrides it."""
+    given, _ = split_name(spec)
+    if given:
+        return given
+    where = Path(path)
+    stem = where.parent.name if where.name == "config.json" else where.stem if where.suffix == ".json" else where.name
+    return re.sub(r"[^a-z0-9_]", "_", stem.lower()) or re.sub(r"[^a-z0-9_]", "_", fallback.lower())
+
+
+def split_name(spec: str) -> tuple[str | None, str]:
+    """``NAME=kind:...`` as (NAME, ``kind:...``); a spec without a name as (None, spec)."""
+    match = NAMED.match(str(spec))
+    return (match.group(1), match.group(2)) if match else (None, str(spec))
+
+
+def spec_path(spec: str) -> str:
+    """What follows ``kind:`` in the spec, its ``NAME=`` left out."""
+    return split_name(spec)[1].partition(":")[2]
 
 
 def vision_entry(spec: str, source: str, name: str, side: int) -> dict[str, Any]:
-    return {"name": re.sub(r"[^a-z0-9_]", "_", name.lower()), "title": f"{source} {name} (pretrained=False)",
+    return {"name": re.sub(r"[^a-z0-9_]", "_", name.lower()), "title": f"{source} {name} (pretrained=False, as given at every --size)",
             "family": "vision", "source": source, "model": name, "inputs": {"kind": "image", "image": side},
             "output": None}
 

@@ -1,0 +1,105 @@
+"""Issue 57: ``--model hf:`` reads what the model class declares (inputs from
+``main_input_name`` and the forward, sizes from the config with transformers' defaults,
+the output from the output dataclass), names each model after its own file, and never
+merges two models into one."""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import FIXTURES, ROOT, run_cli
+
+INTAKE = FIXTURES / "intake"
+
+# config file -> (family, inputs with their shapes, the output field taken, its output shape)
+EXPECTED = {
+    # a vision config without vocab_size, of a type the old intake did not list
+    "mobilenet_v1": ("vision", {"pixel_values": [1, 3, 64, 64]}, "last_hidden_state", [1, 256, 2, 2]),
+    # segmentation: its output is logits, not last_hidden_state
+    "segformer": ("vision", {"pixel_values": [1, 3, 64, 64]}, "logits", [1, 3, 16, 16]),
+    "wav2vec2": ("speech", {"input_values": [1, 16000]}, "last_hidden_state", [1, 1599, 32]),
+    # mixture-of-experts: its dataclass starts with aux_loss, which is not the output
+    "qwen3_moe": ("decoder", {"input_ids": [1, 64], "attention_mask": [1, 64]}, "logits", [1, 64, 128]),
+}
+
+BUILD = """
+import json, sys, torch
+from workloads import build_model, make_inputs, resolve_workloads
+out = []
+for w in resolve_workloads(None, sys.argv[1:], "none"):
+    specs = w.input_specs("small")
+    y = build_model(w, "small")(*make_inputs(specs))
+    out.append({"name": w.name, "description": w.description, "family": w.tags[-1],
+                "inputs": {s.name: list(s.shape) for s in specs}, "shape": list(y.shape), "finite": bool(torch.isfinite(y).all())})
+print(json.dumps(out))
+"""
+
+
+def _resolve_and_build(*specs):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", BUILD, *specs], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_vision_segmentation_audio_and_moe_configs_are_read_from_their_classes():
+    built = {b["name"]: b for b in _resolve_and_build(*(f"hf:{INTAKE / name}.json" for name in EXPECTED))}
+    assert sorted(built) == sorted(EXPECTED)  # each named after its own file, none dropped
+    for name, (family, inputs, field, shape) in EXPECTED.items():
+        got = built[name]
+        assert got["family"] == family and got["inputs"] == inputs, got
+        assert f").{field} (the first field of " in got["description"], got["description"]
+        assert got["shape"] == shape and got["finite"], got
+
+
+def test_several_configs_from_one_folder_are_all_run_and_named_after_their_files(tmp_path):
+    for name in EXPECTED:
+        shutil.copy(INTAKE / f"{name}.json", tmp_path / f"{name}.json")
+    shutil.copy(INTAKE / "mobilenet_v1.json", tmp_path / "config.json")
+    specs = [f"hf:{p}" for p in sorted(tmp_path.glob("*.json"))] + [f"named=hf:{tmp_path / 'segformer.json'}"]
+    names = [b["name"] for b in _resolve_and_build(*specs)]
+    # config.json is named after its folder, NAME= names a second copy of one config
+    assert sorted(names) == sorted([*EXPECTED, tmp_path.name.lower(), "named"])
+
+
+def test_two_models_with_one_name_are_a_one_line_error(tmp_path):
+    config = tmp_path / "a" / "model.json"
+    config.parent.mkdir()
+    shutil.copy(INTAKE / "mobilenet_v1.json", config)
+    (tmp_path / "b").mkdir()
+    shutil.copy(INTAKE / "mobilenet_v1.json", tmp_path / "b" / "model.json")
+    proc = run_cli("--model", f"hf:{config}", "--model", f"hf:{tmp_path / 'b' / 'model.json'}", "--backends", "eager",
+                   "--output-dir", tmp_path / "run")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "two workloads named 'model'" in lines[0] and "--model OTHER=" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_config_transformers_cannot_build_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model_type": "no_such_type", "architectures": ["NoSuchModel"]}))
+    proc = run_cli("--model", f"hf:{bad}", "--backends", "eager", "--output-dir", tmp_path / "run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "transformers cannot build this config" in proc.stderr
+
+
+@pytest.mark.unit
+def test_a_cell_that_fails_before_any_cell_started_costs_only_its_row():
+    # the run used to end in KeyError: None from the progress bar, and the models after it never ran
+    from rich.console import Console
+
+    from compare.commands import RichProgress
+
+    out = io.StringIO()
+    with RichProgress(Console(file=out)) as progress:
+        progress.cell_finished(SimpleNamespace(status="failed", speedup=None, error="no such size", label="m", backend="eager"))
+        progress.cell_started(2, 2, "n", "eager")
+        progress.cell_finished(SimpleNamespace(status="ok", speedup=None, error=None, label="n", backend="eager"))
+    assert "m x eager: failed: no such size" in out.getvalue() and "n x eager: ok" in out.getvalue()

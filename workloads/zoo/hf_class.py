@@ -1,0 +1,150 @@
+"""What a transformers model class declares, read by transformers' own introspection: the
+class a config builds, its inputs (``main_input_name`` and the forward's parameters), the
+sizes of those inputs (the config, with transformers' defaults where a field is absent)
+and the output it returns (the first field of the forward's output dataclass).
+
+Used by ``--model hf:`` for a user's config; the zoo's entries state the same by hand."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import logging
+import typing
+from typing import Any
+
+from ..base import WorkloadError
+
+TEXT_SEQ = 128  # tokens of a text model's input
+DECODER_SEQ = 32  # decoder tokens of an encoder-decoder
+IMAGE_SIDE = 224  # an image model whose config names no image size
+WAVEFORM_SAMPLES = 16000  # one second at 16 kHz
+# The input each main input name stands for (workloads.zoo.input_names).
+KIND_OF_MAIN_INPUT = {"input_ids": "text", "pixel_values": "image", "input_features": "mel", "input_values": "waveform"}
+
+
+def transformers_module():
+    from . import offline_imports
+
+    offline_imports()  # offline, and torchvision importable beside the CPU torch
+    import transformers
+
+    return transformers
+
+
+@contextlib.contextmanager
+def quiet_imports():
+    """The warnings transformers' lazy imports log (torchao's CUDA libraries, torch's
+    pytree) are not the user's concern, and would bury a one-line error."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def config_object(spec: str, config: dict[str, Any]):
+    """The config as transformers builds it: every field the file leaves out at its default."""
+    transformers = transformers_module()
+    fields = {k: v for k, v in config.items() if k != "architectures"}
+    try:
+        return transformers.AutoConfig.for_model(**fields)
+    except Exception as exc:  # the user's file: one line
+        raise WorkloadError(f"--model {spec}: transformers cannot build this config: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from None
+
+
+def model_class(spec: str, config: dict[str, Any], cfg) -> type:
+    """The config's first ``architectures`` entry, else the base model its type maps to."""
+    transformers = transformers_module()
+    named = (config.get("architectures") or [None])[0]
+    if named:
+        cls = getattr(transformers, named, None)
+        if cls is None:
+            raise WorkloadError(f"--model {spec}: transformers {transformers.__version__} has no class {named!r}")
+        return cls
+    from transformers.models.auto import modeling_auto
+
+    try:
+        return modeling_auto.MODEL_MAPPING[type(cfg)]
+    except KeyError:
+        raise WorkloadError(f"--model {spec}: config type {cfg.model_type!r} has no AutoModel class; "
+                            "name one in the config's architectures") from None
+
+
+def output_field(cls: type) -> tuple[str | None, str | None]:
+    """(field, dataclass) of what the forward returns: the first field of its output
+    dataclass that is not a loss (``loss``, an MoE's ``aux_loss``): ``logits``,
+    ``last_hidden_state``, ``pred_masks``..."""
+    annotation = inspect.signature(cls.forward).return_annotation
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if inspect.isclass(candidate) and dataclasses.is_dataclass(candidate):
+            names = [f.name for f in dataclasses.fields(candidate) if not f.name.endswith("loss")]
+            if names:
+                return names[0], candidate.__name__
+    return None, None
+
+
+def sub_config(cfg, name: str):
+    """A composite config's part (``vision_config``, ``audio_config``), or the config itself."""
+    return getattr(cfg, name, None) or cfg
+
+
+def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
+    """The entry's ``inputs``: which the forward takes and their sizes."""
+    main = getattr(cls, "main_input_name", "input_ids")
+    kind = KIND_OF_MAIN_INPUT.get(main)
+    if kind is None:
+        raise WorkloadError(f"--model {spec}: {cls.__name__} takes {main!r} first; dlcompare feeds input_ids, "
+                            f"pixel_values, input_features or input_values")
+    accepted = inspect.signature(cls.forward).parameters
+    if kind == "text" and getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in accepted:
+        kind = "text2text"
+    if kind == "text" and "pixel_values" in accepted and getattr(cfg, "vision_config", None) is not None:
+        kind = "text_image"
+    inputs: dict[str, Any] = {"kind": kind, "main_input_name": main}
+    if kind in ("text", "text2text", "text_image"):
+        vocab = getattr(cfg.get_text_config(), "vocab_size", None) or getattr(cfg, "vocab_size", None)
+        if not vocab:
+            raise WorkloadError(f"--model {spec}: the config has no vocab_size for {main!r}")
+        positions = getattr(cfg.get_text_config(), "max_position_embeddings", None) or TEXT_SEQ
+        inputs.update(seq=min(TEXT_SEQ, int(positions)), vocab=int(vocab))
+        if kind == "text2text":
+            inputs["decoder_seq"] = DECODER_SEQ
+    if kind in ("image", "text_image"):
+        vision = sub_config(cfg, "vision_config")
+        side = getattr(vision, "image_size", None) or IMAGE_SIDE
+        inputs.update(image=int(side[0] if isinstance(side, (list, tuple)) else side),
+                      channels=int(getattr(vision, "num_channels", 3) or 3))
+    if kind == "mel":
+        inputs.update(mel_bins=int(getattr(cfg, "num_mel_bins", 80)),
+                      frames=2 * int(getattr(cfg, "max_source_positions", 1500)))
+    if kind == "waveform":
+        inputs["samples"] = WAVEFORM_SAMPLES
+    return inputs
+
+
+def family_of(cls: type, kind: str) -> str:
+    if kind in ("image",):
+        return "vision"
+    if kind in ("mel", "waveform"):
+        return "speech"
+    if kind == "text_image":
+        return "multimodal"
+    if kind == "text2text":
+        return "encoder-decoder"
+    return "decoder" if cls.__name__.endswith(("ForCausalLM", "LMHeadModel")) else "encoder"
+
+
+def describe(spec: str, config: dict[str, Any]) -> dict[str, Any]:
+    """What the class behind ``config`` declares: class, family, inputs, output."""
+    with quiet_imports():
+        cfg = config_object(spec, config)
+        cls = model_class(spec, config, cfg)
+    inputs = inputs_of(spec, cls, cfg)
+    field, dataclass = output_field(cls)
+    return {"class": cls.__name__, "family": family_of(cls, inputs["kind"]), "inputs": inputs,
+            "output": field, "output_class": dataclass,
+            "moe": bool(getattr(cfg.get_text_config(), "num_experts", None)
+                        or getattr(cfg.get_text_config(), "num_local_experts", None))}
