@@ -61,7 +61,7 @@ def test_a_backend_split_replaces_the_timed_phases_and_keeps_its_first_call(fake
     assert cell["compile_phases"] == {"trace": 0.25, "codegen": 0.5, "first_call": 0.125}
     assert cell["compile_s"] == pytest.approx(0.875)
     pinning = cell["info"].pop("thread_pinning")  # the worker's own readings, beside the backend's facts
-    assert cell["info"].pop("float64_reference") == {"draws": 1, "shared": 0}  # no shared folder: computed here
+    assert cell["info"].pop("float64_reference") == {"draws": 1, "shared": 0, "fp32_ops": []}  # no shared folder: computed here
     assert cell["cache"] == "hit" and cell["info"] == {"note": 1, "cache_evidence": {"files": 1}}
     assert pinning["threads"] >= 1 and pinning["pinned"] == before  # the fake backend pins nothing
 

@@ -230,7 +230,8 @@ def conditions_line(results: RunResults) -> str:
             f"scenario {scenario_text(cfg)}; "
             f"{processes} worker process(es) per cell{warm}"
             f" ({reference_processes(results)} for the reference){estimator_text(results)}; cache {cache}"
-            f"{precision_text(results)}{backend_conditions(results)}{pinning_text(results)}{preset_text(cfg)}")
+            f"{precision_text(results)}{reference_text(results)}{backend_conditions(results)}{pinning_text(results)}"
+            f"{preset_text(cfg)}")
 
 
 def estimator_text(results: RunResults) -> str:
@@ -263,6 +264,19 @@ def precision_text(results: RunResults) -> str:
         parts.append(f"bf16 native ({', '.join(native)})" if native
                      else "bf16 emulated: this CPU has no AVX512-BF16 or AMX instructions")
     return "".join(f"; {part}" for part in parts)
+
+
+def reference_text(results: RunResults) -> str:
+    """The workloads whose float64 numerics reference ran some ops in fp32, where float64
+    has no kernel (``info.float64_reference.fp32_ops``, compare.worker.steps.fp32_fallback)."""
+    found: dict[str, set[str]] = {}
+    for cell in results.cells:
+        info = cell.conditions.info if isinstance(cell.conditions.info, dict) else {}
+        ops = (info.get("float64_reference") or {}).get("fp32_ops")
+        if ops:
+            found.setdefault(cell.label, set()).update(ops)
+    return "".join(f"; {label}'s float64 reference ran {len(ops)} op(s) in fp32 (no float64 kernel): {', '.join(sorted(ops))}"
+                   for label, ops in found.items())
 
 
 def preset_text(cfg: dict[str, Any]) -> str:

@@ -392,44 +392,135 @@ class Float64Reference:
     computed on a float64 twin of the model, built only then, and stored for the next. At
     published sizes the twin doubles a worker's memory (Qwen2.5-0.5B: 4 GB): a workload's
     first worker makes it, and the others of an interleaved group, alive at once, do not.
-    None for an ONNX file, which runs as written and has no twin."""
+    None for an ONNX file, which runs as written and has no twin.
+
+    Where an op of the twin has no float64 kernel (``torch._grouped_mm`` of a
+    mixture-of-experts decoder), that op alone runs in fp32 (``fp32_fallback``) and
+    ``fp32_ops`` names it; the others stay float64. ``fp32_ops`` is None when a draw read
+    from the shared folder did not say."""
 
     def __init__(self, setup: CellSetup, spec: CellSpec):
         quantized = setup.fp32_model is not None
         self._source = None if getattr(setup.reference_model, "onnx_path", None) is not None else (
             setup.fp32_model if quantized else setup.reference_model)
         self._model64: Any = None
+        self._fallback = False  # a float64 call needed fp32_fallback: the later ones run under it
         self._folder = Path(spec.reference_dir) if spec.reference_dir else None
         self._key = f"{spec.workload_key}-seed{spec.seed}"
         self.shared = 0  # draws read from the shared folder
+        self.fp32_ops: set[str] | None = set()
 
     @property
     def exists(self) -> bool:
         return self._source is not None
 
+    def record(self) -> dict[str, Any]:
+        """``info.float64_reference`` less its draws."""
+        return {"shared": self.shared, "fp32_ops": None if self.fp32_ops is None else sorted(self.fp32_ops)}
+
     def outputs(self, index: int, draw_inputs: list) -> list | None:
         import torch
-
-        from adapters import flatten_outputs
 
         if self._source is None:
             return None
         path = self._folder / f"{self._key}-draw{index}.pt" if self._folder else None
         if path is not None and path.exists():
             self.shared += 1
-            return torch.load(path)
+            stored = torch.load(path)
+            ops = stored.get("fp32_ops") if isinstance(stored, dict) else None
+            self.fp32_ops = None if ops is None or self.fp32_ops is None else self.fp32_ops | set(ops)
+            return stored["outputs"] if isinstance(stored, dict) else stored
         if self._model64 is None:
             self._model64 = copy.deepcopy(self._source).double()
         inputs64 = [t.double() if t.is_floating_point() else t for t in draw_inputs]
-        with torch.no_grad():
-            out = [t.detach() for t in flatten_outputs(self._model64(*inputs64))]
+        out, ops = self._run(inputs64)
+        if self.fp32_ops is not None:
+            self.fp32_ops |= ops
         if path is not None:
             with contextlib.suppress(OSError):  # no shared folder here (another node): nothing to share
                 path.parent.mkdir(parents=True, exist_ok=True)
                 partial = path.with_suffix(f".{os.getpid()}.tmp")
-                torch.save(out, partial)
+                torch.save({"outputs": out, "fp32_ops": sorted(ops)}, partial)
                 partial.replace(path)
         return out
+
+    def _run(self, inputs64: list) -> tuple[list, set[str]]:
+        """The twin's outputs and the ops of this call that ran in fp32. Plainly first (no
+        dispatch mode: nothing changes for a model float64 runs); when that raises, once
+        more under ``fp32_fallback``, as every later draw then runs. When that fails too,
+        the plain call's error is raised: an eager failure stays one."""
+        import torch
+
+        from adapters import flatten_outputs
+
+        def call() -> list:
+            with torch.no_grad():
+                return [t.detach() for t in flatten_outputs(self._model64(*inputs64))]
+
+        def in_fp32_where_needed() -> tuple[list, set[str]]:
+            mode = fp32_fallback()
+            with mode:
+                out = call()
+            return out, mode.ops
+
+        if self._fallback:
+            return in_fp32_where_needed()
+        try:
+            return call(), set()
+        except (RuntimeError, NotImplementedError) as plain:
+            try:
+                found = in_fp32_where_needed()
+            except Exception:
+                raise plain from None
+            self._fallback = True
+            return found
+
+
+def fp32_fallback():
+    """A dispatch mode that runs each aten op as called and, where one raises with a
+    float64 tensor among its inputs (no float64 kernel: ``aten._grouped_mm`` on CPU), runs
+    it again with its float64 tensors (and a float64 ``dtype`` argument) made fp32 and
+    makes its fp32 outputs float64 again; ``ops`` names those ops. An op that writes its
+    inputs or returns a view of them is not retried (a copy would lose the write or the
+    alias), nor one that fails in fp32 as well: its own error is raised."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    def down(x):
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float64:
+            return x.float()
+        return torch.float32 if x is torch.float64 else x
+
+    def up(x):
+        return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+
+    failed = object()
+
+    class Fp32Fallback(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                return func(*args, **kwargs)
+            except (RuntimeError, NotImplementedError):
+                if func._schema.is_mutable or func.is_view or not any(
+                        isinstance(x, torch.Tensor) and x.dtype == torch.float64 for x in tree_leaves((args, kwargs))):
+                    raise
+                args32, kwargs32 = tree_map(down, (args, kwargs))
+                try:
+                    out = func(*args32, **kwargs32)
+                except Exception:
+                    out = failed
+                if out is failed:
+                    raise  # the float64 call's own error
+            self.ops.add(str(func))
+            return tree_map(up, out)
+
+    return Fp32Fallback()
 
 
 def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) -> dict[str, Any]:
@@ -470,7 +561,7 @@ def check_numerics(compiled, setup: CellSetup, outputs: list, spec: CellSpec) ->
         "max_rel_err_fp64": vs_fp64.get("max_rel"),
         "eager_max_abs_err_fp64": eager64.get("max_abs"),
         "accuracy": accuracy,
-        "float64_reference": {"draws": draws, "shared": reference64.shared} if reference64.exists else None,
+        "float64_reference": {"draws": draws, **reference64.record()} if reference64.exists else None,
     }
 
 
