@@ -126,6 +126,7 @@ def test_prefill_and_decode_tokens_per_second_from_known_step_times():
     assert decode["pp_tokens_per_s"]["mean"] == pytest.approx((2000 + 1000) / 2)  # 8 tokens in 4 ms, in 8 ms
     assert decode["pp_tokens_per_s"]["sd"] == pytest.approx(707.107, rel=1e-5)
     assert decode["tg_tokens_per_s"]["mean"] == pytest.approx((1000 + 500) / 2) and decode["tg_tokens_per_s"]["n"] == 2
+    assert decode["pp_tokens_per_s"]["median"] == pytest.approx(1500)  # of two: their mean
     assert decode["eager"]["tg_tokens_per_s"]["mean"] == pytest.approx(750 / 2)  # eager's steps take twice as long
     for name in ("pp", "tg"):  # every paired round is exactly 2x: the interval is the point
         assert decode[f"{name}_speedup"]["value"] == pytest.approx(2.0)

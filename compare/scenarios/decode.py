@@ -64,7 +64,7 @@ def decode_summary(parts: dict[str, list[float]], generation_ms: float, decode: 
     """One side's decode figures: the median time to first token, the per-step p50 and p99
     (observed steps, pooled over every timed generation; p99 needs 100 steps, else None),
     the tokens of a generation (over the batch) per second of its median, and llama-bench's
-    pp and tg rates (mean ± sd over generations)."""
+    pp and tg rates over generations (``rate_figure``)."""
     steps = parts["step_ms"]
     pct = request_percentiles(steps) if steps else {"p50": None, "p99": None, "n": 0}
     tokens = decode["new_tokens"] * decode.get("batch", 1)
@@ -103,7 +103,8 @@ def decode_columns(decode: dict[str, Any] | None) -> dict[str, Any]:
                     f"{prefix}_tpot_p99_ms": tpot.get("p99"), f"{prefix}_tokens_per_s": side.get("tokens_per_s")})
         for rate in ("pp", "tg"):
             figure = side.get(f"{rate}_tokens_per_s") or {}
-            row.update({f"{prefix}_{rate}_tokens_per_s_mean": figure.get("mean"),
+            row.update({f"{prefix}_{rate}_tokens_per_s_median": figure.get("median"),
+                        f"{prefix}_{rate}_tokens_per_s_mean": figure.get("mean"),
                         f"{prefix}_{rate}_tokens_per_s_sd": figure.get("sd")})
     own = decode.get("own_timings") or {}  # the runtime's own counters (llama.cpp)
     row.update({"decode_own_pp_tokens_per_s": own.get("pp_tokens_per_s"),
@@ -128,11 +129,9 @@ def _decode_side(decode: dict[str, Any]) -> dict[str, str]:
 
 
 def _fmt_rate(figure: dict[str, Any] | None) -> str:
-    """llama-bench's form: mean ± sd over generations."""
-    if not figure or figure.get("mean") is None:
-        return "-"
-    sd = figure.get("sd")
-    return f"{figure['mean']:.1f}" + ("" if sd is None else f" ± {sd:.1f}")
+    """The median over generations, the statistic of 'vs eager' beside it (an older record: its mean)."""
+    value = (figure or {}).get("median", (figure or {}).get("mean"))
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _fmt_rate_speedup(speedup: dict[str, Any] | None) -> str:
@@ -202,9 +201,10 @@ DECODE_NOTE = ("Greedy generation: a prefill of the prompt gives the first token
                "Both modules are compiled by the backend with static shapes, the KV cache padded to the "
                "maximum length, so nothing recompiles ('recompiles' counts dynamo's compiles during the "
                "generations). Converting inputs and outputs between steps, and the argmax, are inside the "
-               "clock, for eager too. As llama-bench reports them, mean ± sd over the timed generations: pp "
+               "clock, for eager too. The median over the timed generations, the statistic of 'vs eager': pp "
                "t/s = prompt tokens x batch / the prefill's time (time to first token), tg t/s = the decode "
                "steps x batch / their time (llama-bench's tg starts from an empty context; here it follows the "
-               "prompt). 'vs eager': the backend's median rate over eager's, with its 95 % interval (the "
-               "generations of a round paired). Whole generations of eager and the backend alternate in the "
-               "same workers; the cell table's latency is one generation.")
+               "prompt; its mean ± sd, as llama-bench reports, are in results.csv). 'vs eager': the backend's "
+               "median rate over eager's median, with its 95 % interval (the generations of a round paired). "
+               "Whole generations of eager and the backend alternate in the same workers; the cell table's "
+               "latency is one generation.")
