@@ -90,7 +90,11 @@ def run_estimate(runner, args: argparse.Namespace, stored):
 
     cfg = runner.config
     plan = [cell for cell in runner.plan() if stored is None or stored.cell(*cell) is None]
-    past = past_wall_s(history_path(args, cfg.output_dir), cpu_model(), cfg.threads)
+    # a coverage-only cell takes what its compile takes, a timed one its budget besides:
+    # each is estimated from runs of its own kind (the reference run was timed)
+    past = past_wall_s(history_path(args, cfg.output_dir), cpu_model(), cfg.threads, coverage_only=cfg.coverage_only)
+    if cfg.coverage_only:
+        return estimate(plan, cfg.size, cfg.device, past, 0.0)
     floor_s = max(cfg.processes, 1) * float(cfg.timing.get("budget_s") or 0.0)
     return estimate(plan, cfg.size, cfg.device, past, floor_s, reference_walls(), cfg.threads, cfg.processes)
 

@@ -66,6 +66,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     if size_unset and args.size != "default":
         preset["size"] = args.size
     _check_options(args)
+    _coverage_only(args)
     args.scenario = _run_scenario(args, workloads)
     allocator, malloc_env = _allocator(args)
     affinity = _checked_affinity(args.affinity)
@@ -248,6 +249,30 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
     if "tf32" in args.dtype and args.device != "cuda":
         raise UsageError("--dtype tf32 is a CUDA tensor-core math mode: add --device cuda (on the CPU, fp32 is fp32)")
+
+
+# What --coverage-only sets, as the flags say it: one worker per cell, no interleaving, no noise probe.
+COVERAGE_ONLY = {"processes": 1, "reference_processes": 1, "interleave": "off", "noise_probe": 0.0}
+# The flags that ask for something of the timing, or of an instrument that follows it.
+COVERAGE_REFUSES = ("--explain", "--crosscheck", "--roofline", "--scenario")
+
+
+def _coverage_only(args: argparse.Namespace) -> None:
+    """--coverage-only: the options that serve timing set to none (in place); one that the
+    command line asks for in another value is a usage error, not a flag quietly ignored."""
+    if not getattr(args, "coverage_only", False):
+        return
+    explicit = getattr(args, "explicit", set())
+    for flag in COVERAGE_REFUSES:
+        value = getattr(args, flag[2:], None)
+        if flag in explicit and value not in (None, False, "back-to-back"):
+            raise UsageError(f"--coverage-only times nothing: leave out {flag}")
+    for name, value in COVERAGE_ONLY.items():
+        flag = "--" + name.replace("_", "-")
+        if flag in explicit and getattr(args, name) != value:
+            raise UsageError(f"--coverage-only runs one worker per cell, untimed: leave out {flag} "
+                             f"{getattr(args, name)}")
+        setattr(args, name, value)
 
 
 def _allocator(args: argparse.Namespace) -> tuple[str, dict[str, str]]:

@@ -92,8 +92,8 @@ class CellSpecs:
             cache_root=str(Path(cfg.cache_root).resolve()),
             affinity=tuple(cfg.affinity) if cfg.affinity else None,
             interleave=interleave,
-            # an experiment counts no work: its record has no roofline
-            count_work=dynamic is None,
+            # an experiment counts no work: its record has no roofline; nor does a cell timed not at all
+            count_work=dynamic is None and not cfg.coverage_only,
             dynamic=dynamic,
             scenario=scenario,
             scenario_options=dict(cfg.scenario_options) if scenario == cfg.scenario else {},

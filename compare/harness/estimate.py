@@ -66,6 +66,8 @@ class Estimate:
 
     def line(self) -> str:
         total = _duration(self.seconds)
+        if self.floor_only and not self.seconds:  # untimed cells (--coverage-only) never run here
+            return f"estimate: none for {self.cells} cells (no earlier run of them on this CPU says what compiling takes)"
         if self.floor_only:
             return (f"estimate: at least {total} for {self.cells} cells (their timing budgets; no earlier run of "
                     "them on this CPU says what compiling takes)")

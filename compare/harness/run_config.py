@@ -234,6 +234,14 @@ class RunConfig:
     scenario: str = run_option(
         "back-to-back", flag="--scenario", group="sampling", resume=CHECKED, choices=_scenario_names,
         help=_scenario_help)  # how calls are issued: a scenario's name (compare.scenarios, one module each)
+    # Lower each cell, call it once, check its numerics, and time nothing (issue 57): a
+    # coverage census of hundreds of models on a small machine. One worker per cell, no
+    # interleaving, no noise probe, no instruments (compare.config._coverage_only); the
+    # cells keep their status, compile seconds and numerics verdict, their latency is None.
+    coverage_only: bool = run_option(
+        False, flag="--coverage-only", group="sampling", resume=CHECKED, commands=("run",), action="store_true",
+        help="lower each cell, call it once and check its numerics; no timing (one worker per cell, no "
+             "interleaving, no noise probe): what lowers where, for a census of many models on a small machine")
     # The scenario's own options (Scenario.option_values: --scenario server's ServerConfig
     # fields), plain JSON, copied to every cell's spec as they are.
     scenario_options: dict[str, Any] = field(default_factory=dict)

@@ -16,6 +16,7 @@ Reports read results; they never measure.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import Path
@@ -96,11 +97,13 @@ def first_line(text: str | None, limit: int = 160) -> str:
 
 
 def applies(results: RunResults) -> bool:
-    """The matrix heads the reports of a zoo run and of a run with --model specs."""
+    """The matrix heads the reports of a zoo run, of a run with --model specs and of a
+    --coverage-only run (whose question it is)."""
     from workloads.zoo.intake import is_model_spec
 
     cfg = results.config
-    return cfg.get("suite") == "zoo" or any(is_model_spec(f) for f in cfg.get("workload_files", []))
+    return (cfg.get("suite") == "zoo" or bool(cfg.get("coverage_only"))
+            or any(is_model_spec(f) for f in cfg.get("workload_files", [])))
 
 
 def _variants(results: RunResults) -> dict[tuple, dict[str, Cell]]:
@@ -151,7 +154,8 @@ def backend_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def cell_text(record: dict[str, Any]) -> str:
     if record["status"] == "pass":
         if record["role"] == REFERENCE:
-            said = [f"{record['eager_ms']:.3g} ms"] * bool(record["eager_ms"]) + [record["reference"]] * bool(record.get("reference"))
+            said = ([f"{record['eager_ms']:.3g} ms"] if record["eager_ms"] else []) + (  # untimed (--coverage-only): none
+                [record["reference"]] if record.get("reference") else [])
             return f"pass ({'; '.join(said)})" if said else "pass"
         ci = record["speedup_ci"]
         return f"pass {record['speedup']:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "") if record["speedup"] else "pass"
@@ -166,6 +170,8 @@ def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str
     for record in records:
         if record["status"] not in FAILED or record["role"] == REFERENCE or record.get("reference"):
             continue  # the snippets lower a torch module: an ONNX file's failure has the error line alone
+        if record.get("model") in hand_written():
+            continue  # a script rebuilds a zoo entry or a --model spec, not a module written in dlcompare
         try:
             snippet = getattr(backend_class(record["backend"]), "reproducer", None)
         except Exception:  # a backend no longer known here: no script
@@ -173,6 +179,15 @@ def reproducer_paths(records: list[dict[str, Any]]) -> dict[tuple[str, str], str
         if snippet:
             paths[(record["label"], record["backend"])] = f"reproducers/{slug(record['label'])}__{slug(record['backend'])}.py"
     return paths
+
+
+@functools.cache
+def hand_written() -> frozenset[str]:
+    """The built-in workloads written as modules in dlcompare (the paper and models suites, the
+    toy decoder), which a --coverage-only run may cover: no reproducer rebuilds them."""
+    from workloads import builtin_workloads
+
+    return frozenset(builtin_workloads("all"))
 
 
 def grid(records: list[dict[str, Any]]) -> tuple[list[str], list[tuple[str, list[tuple[str, str, str | None]]]]]:
@@ -194,8 +209,10 @@ def markdown(results: RunResults) -> str:
     if not records:
         return ""
     header, rows = grid(records)
+    passed = ("`pass` (coverage only: compiled, called once, agreed with eager; not timed)"
+              if results.config.get("coverage_only") else "`pass` with the speedup over eager [95 % CI]")
     lines = ["## Coverage: what lowers, what agrees, what wins", "",
-             "Each cell: `pass` with the speedup over eager [95 % CI], or the failure class and the op or first "
+             f"Each cell: {passed}, or the failure class and the op or first "
              "error line (" + ", ".join(f"`{s}`" for s in STATUSES) + ").", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, cells in rows:
@@ -239,7 +256,8 @@ def performance_row(r: dict[str, Any], eager_peak_mb: float | None) -> dict[str,
 
 def write_harness_csvs(results: RunResults, run_dir: str | Path) -> list[Path]:
     """``coverage/{backend}_{suite}_{dtype}_inference_{device}_{accuracy,performance}.csv``,
-    one pair per backend, in the dynamo harness's layout (latency in ms, memory in GB)."""
+    one pair per backend, in the dynamo harness's layout (latency in ms, memory in GB); a
+    --coverage-only run, which timed nothing, has the accuracy file alone."""
     import pandas as pd
 
     everything = matrix(results)
@@ -258,7 +276,9 @@ def write_harness_csvs(results: RunResults, run_dir: str | Path) -> list[Path]:
                                   "accuracy": HARNESS_ACCURACY[r["status"]]} for r in rows], columns=ACCURACY_COLUMNS)
         performance = pd.DataFrame([performance_row(r, eager_peak.get(r["label"])) for r in rows],
                                    columns=PERFORMANCE_COLUMNS)
-        for kind, frame in (("accuracy", accuracy), ("performance", performance)):
+        kinds = (("accuracy", accuracy),) if results.config.get("coverage_only") else (
+            ("accuracy", accuracy), ("performance", performance))
+        for kind, frame in kinds:
             path = folder / f"{stem}_{kind}.csv"
             atomic_write_text(path, frame.to_csv(index=False))
             written.append(path)

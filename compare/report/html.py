@@ -16,7 +16,6 @@ from adapters.profiling import CATEGORIES
 from compare.report.explain import OUTSIDE, category_ms, explain_frame
 from compare.report.int8 import INT8_COLUMNS, calibration_line, int8_rows
 from compare.report.text import (
-    SUMMARY_COLUMNS,
     backend_class,
     conditions_line,
     environment_line,
@@ -25,7 +24,7 @@ from compare.report.text import (
     problems,
     reference_line,
     scenario_sections,
-    summary_rows,
+    summary_frame,
 )
 from compare.results.schema import Cell, RunResults, atomic_write_text
 
@@ -50,6 +49,11 @@ def _plt():
 
 def _ok_cells(results: RunResults):
     return [c for c in results.cells if c.status == "ok" and c.latency is not None]
+
+
+def _ran_cells(results: RunResults):
+    """The cells that ran, timed or not (a --coverage-only run's have no latency)."""
+    return [c for c in results.cells if c.status == "ok"]
 
 
 def _positive(value) -> bool:
@@ -122,7 +126,7 @@ def plot_speedups(results: RunResults) -> str | None:
 
 
 def plot_compile_phases(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if not c.is_reference and c.costs.compile_phases]
+    cells = [c for c in _ran_cells(results) if not c.is_reference and c.costs.compile_phases]
     if not cells:
         return None
     plt = _plt()
@@ -248,7 +252,7 @@ def plot_roofline(results: RunResults) -> str | None:
 
 
 def plot_numerics(results: RunResults) -> str | None:
-    cells = [c for c in _ok_cells(results) if not c.is_reference and isinstance(c.numerics.max_abs_err, float)
+    cells = [c for c in _ran_cells(results) if not c.is_reference and isinstance(c.numerics.max_abs_err, float)
              and math.isfinite(c.numerics.max_abs_err)]
     if not cells:
         return None
@@ -386,7 +390,7 @@ def render_html(results: RunResults) -> str:
         run_id=results.run_id, state=results.state, check_script=_CHECK_SCRIPT,
         environment_line=environment_line(results), conditions_line=conditions_line(results), noise_line=noise_line(results),
         reference_line=reference_line(results) or "",
-        summary_table=pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS).to_html(index=False, escape=True),
+        summary_table=summary_frame(results).to_html(index=False, escape=True),
         geomean_table=pd.DataFrame(geo).to_html(index=False, escape=True) if geo else None,
         scenario_sections=[(section.title, pd.DataFrame(section.rows).to_html(index=False, escape=True), section.note)
                            for section in scenario_sections(results)],

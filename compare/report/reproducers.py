@@ -108,6 +108,8 @@ def write_reproducers(results: RunResults, run_dir: str | Path) -> list[str]:
         record = records[(label, backend)]
         (workload,) = resolve_workloads([record["model"]], results.config.get("workload_files", []))
         workload = workload.with_batch(record["batch"]) if record["batch"] is not None else workload
+        if "origin" not in workload.params(record["size"]):
+            continue  # a --workload-file's module: no script rebuilds it
         text = script(record, workload, entry_of(workload, record["size"]), backend_class(backend).reproducer, versions)
         atomic_write_text(Path(run_dir) / rel, text)
         written.append(rel)

@@ -116,6 +116,21 @@ def fmt_status(cell: Cell) -> str:
 SUMMARY_COLUMNS = ["workload", "backend", "status", "compile s", "warm start s", "first result s",
                    "latency ms (median ± IQR/2)", "in-cell eager ms (vs eager-only)", "speedup vs eager [95% CI]",
                    "per process", "max abs err", "break-even calls [95% CI]"]
+# The columns a --coverage-only run has no figure for: it times nothing.
+TIMING_COLUMNS = ("warm start s", "latency ms (median ± IQR/2)", "in-cell eager ms (vs eager-only)",
+                  "speedup vs eager [95% CI]", "per process", "break-even calls [95% CI]")
+
+
+def coverage_only(results: RunResults) -> bool:
+    """A run made with --coverage-only: compiled, called once and checked, never timed."""
+    return bool(results.config.get("coverage_only"))
+
+
+def summary_frame(results: RunResults) -> pd.DataFrame:
+    """The cells' table, as summary.md, report.html and the terminal show it; a coverage-only
+    run leaves out the timing columns (TIMING_COLUMNS)."""
+    frame = pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS)
+    return frame.drop(columns=list(TIMING_COLUMNS)) if coverage_only(results) else frame
 
 
 def summary_rows(results: RunResults) -> list[list[str]]:
@@ -160,7 +175,7 @@ def geomean_rows(results: RunResults) -> list[dict[str, Any]]:
     such; every cell left out is listed with the reason. A backend that ran nowhere in the
     group does not empty the common set: it gets its own row saying so."""
     groups: dict[tuple, list[Cell]] = {}
-    for cell in results.cells:
+    for cell in [] if coverage_only(results) else results.cells:  # a coverage-only run has no speedup
         if not cell.is_reference:
             groups.setdefault((cell.batch, cell.dtype), []).append(cell)
     rows = []
@@ -224,12 +239,14 @@ def conditions_line(results: RunResults) -> str:
     processes = cfg.get("processes", 1)
     warm = " (the first compiles, the others load its artifact)" if processes > 1 and cache == "cold" else ""
     affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
+    timing = ("coverage only: no timing (one worker per cell compiles, calls once and checks the numerics)"
+              if coverage_only(results) else
+              f"scenario {scenario_text(cfg)}; {processes} worker process(es) per cell{warm}"
+              f" ({reference_processes(results)} for the reference){estimator_text(results)}")
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
             f"thread spin {cfg.get('thread_spin', 'default')}; "
-            f"scenario {scenario_text(cfg)}; "
-            f"{processes} worker process(es) per cell{warm}"
-            f" ({reference_processes(results)} for the reference){estimator_text(results)}; cache {cache}"
+            f"{timing}; cache {cache}"
             f"{precision_text(results)}{reference_text(results)}{backend_conditions(results)}{pinning_text(results)}"
             f"{preset_text(cfg)}")
 
@@ -394,8 +411,23 @@ def scenario_sections(results: RunResults) -> list[ReportSection]:
     return [section for each in scenarios().values() for section in each.sections(results) if section.rows]
 
 
+# What summary.md says of a coverage-only run's figures, in place of LATENCY_NOTE.
+COVERAGE_NOTE = ("Coverage only (--coverage-only): each cell was compiled, called once and checked against eager "
+                 "and a float64 eager reference; nothing was timed, so there is no latency, speedup or break-even. "
+                 "First result s = importing torch and the backend + compile + first call.")
+LATENCY_NOTE = (
+    "Latency: median per call with half the interquartile range; eager is timed alternately with each "
+    "backend in the same worker(s), and the speedup interval is a hierarchical bootstrap 95% CI of the ratio "
+    "of medians (worker processes resampled, then blocks of alternated rounds within each; a plain "
+    "percentile interval); 'per process' is the range of the processes' own speedups. (noisy): the "
+    "interval's half-width exceeds 5% of the speedup. Warm start s = load to first result in the processes "
+    "that reused the first one's artifact. Break-even calls = (compile s + all tuning s "
+    "behind a tuned backend's log) / (eager latency - backend latency), 'never' when the speedup's interval "
+    "reaches 1. First result s = importing torch and the backend + compile + first call.")
+
+
 def summary_markdown(results: RunResults) -> str:
-    frame = pd.DataFrame(summary_rows(results), columns=SUMMARY_COLUMNS)
+    frame = summary_frame(results)
     lines = [
         f"# dlcompare run {results.run_id} ({results.state})",
         "",
@@ -407,14 +439,7 @@ def summary_markdown(results: RunResults) -> str:
         *([coverage_md] if (coverage_md := coverage_markdown(results)) else []),
         frame.to_markdown(index=False) if len(frame) else "(no cells)",
         "",
-        "Latency: median per call with half the interquartile range; eager is timed alternately with each "
-        "backend in the same worker(s), and the speedup interval is a hierarchical bootstrap 95% CI of the ratio "
-        "of medians (worker processes resampled, then blocks of alternated rounds within each; a plain "
-        "percentile interval); 'per process' is the range of the processes' own speedups. (noisy): the "
-        "interval's half-width exceeds 5% of the speedup. Warm start s = load to first result in the processes "
-        "that reused the first one's artifact. Break-even calls = (compile s + all tuning s "
-        "behind a tuned backend's log) / (eager latency - backend latency), 'never' when the speedup's interval "
-        "reaches 1. First result s = importing torch and the backend + compile + first call.",
+        COVERAGE_NOTE if coverage_only(results) else LATENCY_NOTE,
     ]
     ref = reference_line(results)
     if ref:
@@ -464,10 +489,11 @@ def rich_table(results: RunResults):
 
     caption = "\n".join(line for line in (environment_line(results), noise_line(results)) if line)
     table = Table(title=f"dlcompare {results.run_id}: {conditions_line(results)}", caption=caption)
-    for column in SUMMARY_COLUMNS:
+    frame = summary_frame(results)
+    for column in frame.columns:
         table.add_column(column, overflow="fold")
     styles = {"ok": "", "unavailable": "dim", "failed": "red", "timeout": "red", "out_of_memory": "red"}
-    for cell, row in zip(results.cells, summary_rows(results)):
+    for cell, row in zip(results.cells, frame.itertuples(index=False)):
         table.add_row(*row, style=styles.get(cell.status, ""))
     return table
 

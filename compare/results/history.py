@@ -91,9 +91,11 @@ def list_runs(db_path: str | Path) -> list[dict[str, Any]]:
 CellKey = tuple[str, str, str, str]  # (label, backend, size, device)
 
 
-def past_wall_s(db_path: str | Path, cpu_model: str, threads: int) -> dict[CellKey, float]:
+def past_wall_s(db_path: str | Path, cpu_model: str, threads: int, coverage_only: bool = False) -> dict[CellKey, float]:
     """The latest wall time of each cell that finished ok in a run on this CPU and thread count
-    (a run's estimate, compare.harness.estimate). Read-only: no database is made or migrated."""
+    (a run's estimate, compare.harness.estimate), in timed runs or in --coverage-only ones
+    (``coverage_only``: an untimed cell takes its compile alone). Read-only: no database is
+    made or migrated."""
     if not Path(db_path).is_file():
         return {}
     try:
@@ -101,8 +103,9 @@ def past_wall_s(db_path: str | Path, cpu_model: str, threads: int) -> dict[CellK
         try:
             rows = con.execute(
                 "SELECT c.workload, c.backend, c.size, c.device, c.wall_s FROM cells c JOIN runs r USING (run_id) "
-                "WHERE r.cpu_model = ? AND r.threads = ? AND c.status = 'ok' AND c.wall_s > 0 ORDER BY r.started",
-                (cpu_model, threads)).fetchall()
+                "WHERE r.cpu_model = ? AND r.threads = ? AND c.status = 'ok' AND c.wall_s > 0 "
+                "AND coalesce(json_extract(r.config, '$.coverage_only'), 0) = ? ORDER BY r.started",
+                (cpu_model, threads, int(coverage_only))).fetchall()
         finally:
             con.close()
     except sqlite3.Error:  # an old database without wall times, or a locked one: no basis

@@ -124,6 +124,7 @@ class CellSpec:
     scenario_options: dict[str, Any] = field(default_factory=dict)  # the run's (Scenario.option_values)
     prompt_len: int | None = None  # decode workloads: --prompt-len (None: the workload's own)
     gen_len: int | None = None  # decode workloads: --gen-len
+    coverage_only: bool = False  # --coverage-only: compile, one call, numerics; no timing
 
     @property
     def is_reference(self) -> bool:

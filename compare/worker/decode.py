@@ -289,13 +289,17 @@ def measure(spec: CellSpec, backend, ctx, torch_import_s: float) -> protocol.Cel
     graphs_before = dynamo_graphs()
     steps.emit(phase="numerics")
     numerics, first = check_tokens(pair, reference, setup, weight_only=bits is not None, dtype=spec.dtype)
-    steps.emit(phase="timing")
-    pair.step.own_timings(reset=True)  # its own counters cover the timed generations (warm-ups included)
-    timed, parts = time_generations(pair, reference, setup, spec)
-    own = pair.step.own_timings()
-    after = after_timing(pair, setup, first)
-    if numerics["numerics_ok"] and not after["ok"]:
-        numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
+    timed: dict[str, Any] = {}
+    parts: dict[str, Any] = {}
+    own, after = None, None
+    if not spec.coverage_only:  # --coverage-only: the greedy tokens checked against eager's, nothing timed
+        steps.emit(phase="timing")
+        pair.step.own_timings(reset=True)  # its own counters cover the timed generations (warm-ups included)
+        timed, parts = time_generations(pair, reference, setup, spec)
+        own = pair.step.own_timings()
+        after = after_timing(pair, setup, first)
+        if numerics["numerics_ok"] and not after["ok"]:
+            numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
     decode = decode_record(setup, numerics.pop("decode"), parts, dynamo_graphs() - graphs_before)
     if own is not None:
         decode["own_timings"] = own

@@ -10,7 +10,8 @@ One cell, in order: import torch; build the model and inputs; import the
 backend (``import`` phase, its memory is ``load``); compile and call twice
 (phases, ``compile peak`` memory with child processes); ``steady state``
 memory; numerics on every draw; eager and the backend timed alternately; the
-outputs checked once more after timing.
+outputs checked once more after timing. A ``--coverage-only`` cell stops after its
+numerics, and calls the backend once (``CellSpec.coverage_only``).
 """
 from __future__ import annotations
 
@@ -331,7 +332,8 @@ def run_once(compiled, prepared) -> list:
 def compile_step(backend, setup: CellSetup, ctx, spec: CellSpec, loaded: dict):
     """Compile and call twice, under a peak-memory probe that covers child processes.
     Returns the backend's CompileResult (its phases final, the first call's included),
-    the prepared inputs, the first outputs and the memory figures."""
+    the prepared inputs, the first outputs and the memory figures. A coverage-only cell
+    calls once: its memory figures leave out the steady-state buffers of a second call."""
     import torch
 
     if spec.device == "cuda":
@@ -351,7 +353,8 @@ def compile_step(backend, setup: CellSetup, ctx, spec: CellSpec, loaded: dict):
                 outputs = run_once(result.compiled, prepared)
             phases["first_call"] = ctx.phases["first_call"]
         result.phases = phases
-        run_once(result.compiled, prepared)  # a second call: steady-state buffers count towards the peak
+        if not spec.coverage_only:
+            run_once(result.compiled, prepared)  # a second call: steady-state buffers count towards the peak
     base = loaded["rss_after_load_mb"]
     figures = {
         "peak_rss_mb": peak.peak_self_mb,
@@ -768,22 +771,13 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
     result, prepared, outputs, compile_memory = compile_step(backend, setup, ctx, spec, loaded)
     compiled = result.compiled
     compile_s = sum(result.phases.values())
-    steady = steady_memory(compiled, prepared, loaded)
+    steady = {} if spec.coverage_only else steady_memory(compiled, prepared, loaded)
     emit(phase="numerics")
     numerics = {**check_numerics(compiled, setup, outputs, spec), **count_cell_work(setup, spec)}
     float64_reference = numerics.pop("float64_reference")
-    emit(phase="timing")
-    timed = time_against_eager(compiled, prepared, setup, spec)
-    batch = setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch
-    scenario_info = scenario(spec.scenario).cell_info(timed.pop("scenario_sides"), batch)
-    scenario_figures = scenario(spec.scenario).after_timing(compiled, prepared, setup, spec, timed, emit)
-    profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
-    crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
-    libraries = gemm_libraries(compiled, prepared, setup, spec)
-    pinning, after = pinning_during_calls(compiled, prepared, process_cpus,
-                                          first=lambda: check_after_timing(compiled, prepared, outputs))
-    if numerics["numerics_ok"] and not after["ok"]:
-        numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
+    # --coverage-only: no timing, nor what serves it (profile, cross-check, libraries, pinning)
+    timed, timed_info = ({}, {}) if spec.coverage_only else time_cell(compiled, prepared, outputs, setup, spec,
+                                                                      process_cpus, numerics)
     figures: dict[str, Any] = {**compile_memory, **steady, **numerics, **timed}  # named as the measurement's fields
     return protocol.CellMeasurement(
         status="ok",
@@ -800,15 +794,33 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         tuning_s=result.tuning_s,
         load_mb=loaded["load_mb"],
         **figures,
-        numerics_after_timing=after,
-        profile=profile,
-        crosscheck=crosscheck,
-        gemm_library=libraries,
-        **scenario_figures,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
-        info={**cell_info(result), "thread_pinning": pinning, **scenario_info,
+        info={**cell_info(result), **timed_info,
               **({"float64_reference": float64_reference} if float64_reference else {})},
     )
+
+
+def time_cell(compiled, prepared, outputs: list, setup: CellSetup, spec: CellSpec, process_cpus: set[int],
+              numerics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cell timed against eager, then what serves its timing: the scenario's figures, the
+    backend's own instruments, the GEMM libraries, the threads' pinning and the outputs
+    checked once more after the timed calls (a change fails ``numerics``, in place).
+    Returns (the measurement's fields, the entries of its ``info``)."""
+    emit(phase="timing")
+    timed = time_against_eager(compiled, prepared, setup, spec)
+    batch = setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch
+    scenario_info = scenario(spec.scenario).cell_info(timed.pop("scenario_sides"), batch)
+    scenario_figures = scenario(spec.scenario).after_timing(compiled, prepared, setup, spec, timed, emit)
+    profile = profile_kernels(compiled, prepared, timed["latency"].median, spec)
+    crosscheck = crosscheck_cell(compiled, prepared, timed["latency"].median, spec)
+    libraries = gemm_libraries(compiled, prepared, setup, spec)
+    pinning, after = pinning_during_calls(compiled, prepared, process_cpus,
+                                          first=lambda: check_after_timing(compiled, prepared, outputs))
+    if numerics["numerics_ok"] and not after["ok"]:
+        numerics.update(numerics_ok=False, numerics_error=f"outputs changed after the timed calls: {after['error']}")
+    fields = {**timed, "numerics_after_timing": after, "profile": profile, "crosscheck": crosscheck,
+              "gemm_library": libraries, **scenario_figures}
+    return fields, {"thread_pinning": pinning, **scenario_info}
 
 
 def _delta(value: float | None, base: float | None) -> float | None:
