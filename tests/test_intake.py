@@ -103,3 +103,30 @@ def test_a_cell_that_fails_before_any_cell_started_costs_only_its_row():
         progress.cell_started(2, 2, "n", "eager")
         progress.cell_finished(SimpleNamespace(status="ok", speedup=None, error=None, label="n", backend="eager"))
     assert "m x eager: failed: no such size" in out.getvalue() and "n x eager: ok" in out.getvalue()
+
+
+def test_a_users_moe_causal_lm_decodes_as_its_uncached_forward():
+    # issue 57: an MoE decoder (Qwen3-MoE, tiny) also generates with --suite llm; its experts
+    # change nothing in the cache, so prefill + decode steps give the full forward's logits
+    code = """
+import sys, torch
+from workloads import build_model, make_inputs, resolve_workloads
+(w,) = [w for w in resolve_workloads(None, [sys.argv[1]], "llm") if w.name == "qwen3_moe_decode"]
+model = build_model(w, "small", 0)
+prompt = make_inputs(w.input_specs("small"), 0)[0]
+prefill, step = model.prefill_module(), model.decode_module()
+sequence = prompt
+with torch.no_grad():
+    logits, k_cache, v_cache = prefill(prompt)
+    for index in range(4):
+        full = model(sequence)[:, -1]
+        assert torch.allclose(logits, full, atol=1e-4, rtol=1e-5), index
+        token = logits.argmax(-1, keepdim=True)
+        sequence = torch.cat([sequence, token], dim=1)
+        logits, k_cache, v_cache = step(token, torch.tensor([sequence.shape[1] - 1]), k_cache, v_cache)
+print("ok")
+"""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", code, f"hf:{INTAKE / 'qwen3_moe.json'}"], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
