@@ -66,6 +66,8 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
     if size_unset and args.size != "default":
         preset["size"] = args.size
     _check_options(args)
+    if args.suite == "census" and not args.coverage_only:  # hundreds of models: what lowers, not how fast
+        args.coverage_only = preset["coverage_only"] = True
     _coverage_only(args)
     args.scenario = _run_scenario(args, workloads)
     allocator, malloc_env = _allocator(args)
@@ -79,7 +81,7 @@ def make_config(args: argparse.Namespace, output_dir: Path | None = None):
         threads=args.threads or (len(affinity) if affinity else available_cores()),
         cache_root=str(Path(args.tuning_logs)),
         output_dir=str(_output_dir(args, output_dir)),
-        workload_files=[str(Path(f).resolve()) for f in args.workload_file] + model_specs(args.model),
+        workload_files=[str(Path(f).resolve()) for f in args.workload_file] + run_model_specs(args),
         timing=_timing(args),
         scenario_options=_scenario_options(args),
         options=backend_options(args),
@@ -212,7 +214,7 @@ def _checked_workloads(args: argparse.Namespace) -> list:
     names = list(dict.fromkeys(args.workloads)) if args.workloads else None  # each workload once
     # --model alone runs the models given; with --suite or --workloads, beside those.
     suite = args.suite or ("none" if args.model else "paper")
-    workloads = resolve_workloads(names, [*args.workload_file, *model_specs(args.model)], suite)  # WorkloadError
+    workloads = resolve_workloads(names, [*args.workload_file, *run_model_specs(args)], suite)  # WorkloadError
     if args.size is None:
         args.size = device_size(args.device, workloads)
     lengths = (getattr(args, "prompt_len", None), getattr(args, "gen_len", None))
@@ -231,13 +233,28 @@ def _checked_workloads(args: argparse.Namespace) -> list:
 
 
 def model_specs(specs: list[str]) -> list[str]:
-    """``--model`` specs with their paths made absolute (the workers run elsewhere)."""
+    """``--model`` specs with their paths made absolute (the workers run elsewhere), a
+    ``NAME=`` kept."""
+    from workloads.zoo.intake import split_name
+
     out = []
     for spec in specs:
-        kind, _, rest = spec.partition(":")
+        given, bare = split_name(spec)
+        kind, _, rest = bare.partition(":")
         local = rest and kind in ("pt2", "onnx", "hf") and (Path(rest).expanduser().exists() or kind != "hf")
-        out.append(f"{kind}:{Path(rest).expanduser().resolve()}" if local else spec)
+        named = f"{given}=" if given else ""
+        out.append(f"{named}{kind}:{Path(rest).expanduser().resolve()}" if local else spec)
     return out
+
+
+def run_model_specs(args: argparse.Namespace) -> list[str]:
+    """The run's model specs: ``--model``'s, and with ``--suite census`` one a census model."""
+    specs = model_specs(args.model)
+    if args.suite == "census":
+        from workloads.zoo.census import census_specs
+
+        specs += [f"census:{spec}" for spec in census_specs()]
+    return specs
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -265,7 +282,7 @@ def _coverage_only(args: argparse.Namespace) -> None:
     explicit = getattr(args, "explicit", set())
     for flag in COVERAGE_REFUSES:
         value = getattr(args, flag[2:], None)
-        if flag in explicit and value not in (None, False, "back-to-back"):
+        if flag in explicit and value not in (None, False):  # --scenario named at all: it is timing's
             raise UsageError(f"--coverage-only times nothing: leave out {flag}")
     for name, value in COVERAGE_ONLY.items():
         flag = "--" + name.replace("_", "-")

@@ -30,7 +30,7 @@ __all__ = [
 
 # --suite: which built-ins run when no --workloads are named (user files always do).
 # "all" is the hand-written suites; the zoo (real architectures at published sizes) runs alone.
-SUITES = ("paper", "models", "llm", "zoo", "all")
+SUITES = ("paper", "models", "llm", "zoo", "census", "all")
 
 
 def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
@@ -42,6 +42,8 @@ def builtin_workloads(suite: str = "all") -> dict[str, Workload]:
     if suite not in SUITES:
         raise WorkloadError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
     # llm: the real decoders; the hand-written toy decoder is one of "all" (and a test case).
+    if suite == "census":  # its workloads come as model specs, one a model (compare.config.model_specs)
+        return {}
     picked = {"paper": PAPER_WORKLOADS, "models": MODEL_WORKLOADS,
               "all": PAPER_WORKLOADS + MODEL_WORKLOADS + TOY_WORKLOADS}.get(suite) or (
         real_decoders() if suite == "llm" else zoo_workloads())
@@ -63,6 +65,10 @@ def load_workload_source(source: str | Path) -> list[Workload]:
     """The workloads of a ``--workload-file`` (a Python file) or of a ``--model`` spec."""
     from .zoo.intake import is_model_spec, spec_workloads
 
+    if str(source).startswith("census:"):  # census:hf:TYPE, census:timm:NAME, census:torchvision:NAME
+        from .zoo.census import census_workload
+
+        return [census_workload(str(source).removeprefix("census:"))]
     return spec_workloads(str(source)) if is_model_spec(str(source)) else load_workload_file(source)
 
 

@@ -82,7 +82,9 @@ class CellSpecs:
         return CellSpec(
             **{name: getattr(cfg, name) for name in shared_fields(type(cfg))},  # the run's value as it is
             workload=workload.name,
-            workload_files=tuple(cfg.workload_files),  # resolved by make_config (files, and --model specs' paths)
+            # the file or --model spec the workload came from (paths resolved by make_config); the
+            # worker resolves that one alone, not a census's hundreds
+            workload_files=(workload.source,) if workload.source in cfg.workload_files else (),
             workload_key=variant_key(workload, cfg.size, batch, dtype),
             batch=batch,
             dtype=dtype,

@@ -51,7 +51,9 @@ COMMAND_DEFAULTS: dict[str, dict] = {
 }
 # The zoo asks what lowers where: every CPU compiler, untuned TVM (tuning 17 models is hours).
 ZOO_BACKENDS = ["inductor", "aot-inductor", "ort", "openvino", "tvm-untuned", "iree", "xla", "executorch"]
-SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"backends": ZOO_BACKENDS, "min_samples": 1, "timeout": 600.0}}
+# The census (workloads/zoo/census.py) runs coverage-only (compare.config.make_config), tiny models.
+SUITE_DEFAULTS: dict[str, dict] = {"zoo": {"backends": ZOO_BACKENDS, "min_samples": 1, "timeout": 600.0},
+                                   "census": {"backends": ZOO_BACKENDS, "timeout": 300.0}}
 
 TIMEOUT_S, PROCESSES, REFERENCE_PROCESSES, CALIBRATION_BATCHES = 1800.0, 3, 3, 8
 _UNSET = object()  # the parser's default is the field's

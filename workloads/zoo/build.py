@@ -58,6 +58,10 @@ def build_model(params: Mapping[str, Any]) -> nn.Module:
         return Program(torch.export.load(origin[4:]).module())
     if origin.startswith("zoo:"):
         entry = load_entry(origin[4:])
+    elif origin.startswith("census:"):
+        from .census import census_entry
+
+        entry = census_entry(origin.removeprefix("census:"))
     else:
         from .intake import spec_entry
 
@@ -94,7 +98,12 @@ def hf_model(entry: Mapping[str, Any], size: str) -> nn.Module:
     config = dict(sized_config(entry, size))
     config.pop("architectures", None)
     config = transformers.AutoConfig.for_model(**config)
-    model = cls._from_config(config, attn_implementation=attention)
+    try:
+        model = cls._from_config(config, attn_implementation=attention)
+    except ValueError as exc:  # a part without SDPA (a vision backbone): the model's own attention
+        if attention == "eager" or "attention implementation" not in str(exc):
+            raise
+        model = cls._from_config(config, attn_implementation="eager")
     return model.get_encoder() if entry["class"] == "WhisperModel" else model
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..base import TensorSpec, Workload, WorkloadError, lazy
 from . import entry_names, entry_workload, load_entry
 
-PREFIXES = ("hf", "timm", "torchvision", "pt2", "onnx")
+PREFIXES = ("hf", "timm", "torchvision", "pt2", "onnx", "census")
 IMAGE_SIDE = 224
 NAMED = re.compile(rf"^([a-z][a-z0-9_]*)=((?:{'|'.join(PREFIXES)}):.*)$")  # NAME=kind:...
 

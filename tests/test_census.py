@@ -1,0 +1,67 @@
+"""Issue 57: ``--suite census``: every architecture transformers' auto mappings name, built
+tiny from its default config, plus torchvision's and timm's model lists, coverage-only.
+The slice here goes through two compilers; an architecture that cannot be built is a row
+that says why, never a silent drop."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, load_results, run_cli
+
+# The default suite's slice: a text model, an MoE and a vision model (a worker a cell costs
+# ~7 s here, and the default suite must stay under 15 minutes); the slow tier's: ten.
+SLICE = ["hf:bert", "hf:qwen3_moe", "torchvision:mobilenet_v3_small"]
+SLOW_SLICE = ["hf:bert", "hf:gpt2", "hf:llama", "hf:t5", "hf:vit", "hf:segformer", "hf:wav2vec2", "hf:qwen3_moe",
+              "torchvision:mobilenet_v3_small", "timm:resnet18"]
+
+
+@pytest.mark.unit
+def test_a_config_is_shrunk_with_heads_that_divide_the_width_and_parts_shrunk_too():
+    from workloads.zoo.census import shrunk
+
+    defaults = {"model_type": "x", "hidden_size": 768, "num_attention_heads": 3, "num_hidden_layers": 12,
+                "intermediate_size": 3072, "vocab_size": 50000, "use_cache": True, "image_size": 224,
+                "vision_config": {"model_type": "v", "hidden_size": 32, "num_hidden_layers": 24}}
+    assert shrunk(defaults) == {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2,
+                                "intermediate_size": 128, "vision_config": {"model_type": "v", "num_hidden_layers": 2}}
+
+
+def test_the_census_lists_transformers_architectures_and_vision_models():
+    code = ("import json\nfrom workloads.zoo.census import census_specs\nspecs = census_specs()\n"
+            "print(json.dumps({k: sum(s.startswith(k + ':') for s in specs) for k in ('hf', 'timm', 'torchvision')}))")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = json.loads(proc.stdout.splitlines()[-1])
+    assert counts["hf"] >= 150 and counts["timm"] + counts["torchvision"] >= 50, counts
+
+
+def _run_slice(tmp_path, models):
+    specs = [arg for spec in models for arg in ("--model", f"census:{spec}")] + ["--model", "census:hf:no_such_type"]
+    proc = run_cli(*specs, "--backends", "ort,openvino", "--coverage-only", "--timeout", "240",
+                   "--output-dir", tmp_path / "run")
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    cells = load_results(tmp_path / "run")["cells"]
+    assert len({c["workload"] for c in cells}) == len(models) + 1  # every model a row, the unbuilt one too
+    eager = {c["workload"]: c for c in cells if c["backend"] == "eager"}
+    built = [name for name, c in eager.items() if c["status"] == "ok"]
+    assert len(built) >= len(models) - 1, {n: c.get("error") for n, c in eager.items()}
+    assert eager["hf_no_such_type"]["status"] == "failed" and "cannot be built" in eager["hf_no_such_type"]["error"]
+    assert all(c.get("latency") is None for c in cells)  # coverage only: nothing timed
+    summary = (tmp_path / "run" / "summary.md").read_text()
+    assert "hf_bert" in summary and "pass rate" in summary.lower()
+    return cells
+
+
+def test_a_census_slice_runs_coverage_only_through_two_compilers(tmp_path):
+    cells = _run_slice(tmp_path, SLICE)
+    moe = {c["backend"]: c for c in cells if c["workload"] == "hf_qwen3_moe"}
+    assert moe["eager"]["status"] == "ok"  # its float64 reference runs grouped_mm in fp32
+
+
+@pytest.mark.slow
+def test_a_ten_architecture_census_slice_through_two_compilers(tmp_path):
+    _run_slice(tmp_path, SLOW_SLICE)

@@ -1,0 +1,145 @@
+"""``--suite census``: every architecture transformers' auto mappings name, built from its
+default config shrunk to a tiny width and depth, plus torchvision's classification models
+and the smallest variant of each timm family, for a coverage matrix at that scale
+(``--coverage-only``). Nothing is downloaded: configs are transformers' defaults, weights
+seeded random.
+
+An architecture whose config or inputs cannot be made is still a workload: building it
+raises the reason, so its row says why instead of vanishing."""
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from ..base import TensorSpec, Workload, WorkloadError, lazy
+
+PREFIX = "census:"
+CENSUS_SEQ = 32  # tokens of a text input: a tiny census, not a published size
+# Config fields shrunk, by what they hold; a composite config's parts (text_config,
+# vision_config...) likewise. Given to AutoConfig.for_model as overrides, so fields derived
+# from them (layer_types, stage_names) follow.
+LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+          "num_encoder_layers", "num_decoder_layers")
+WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim")
+HEADS = ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads",
+         "num_heads")
+FFN = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
+       "moe_intermediate_size", "shared_expert_intermediate_size")
+EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
+TOP_K = ("num_experts_per_tok", "moe_topk")
+TINY = {**dict.fromkeys(LAYERS, 2), **dict.fromkeys(WIDTHS, 64), **dict.fromkeys(FFN, 128),
+        **dict.fromkeys(EXPERTS, 4), **dict.fromkeys(TOP_K, 2), "num_key_value_heads": 2, "head_dim": 16}
+# timm: the smallest variant of each family, by these size words in its name.
+TIMM_SIZES = ("atto", "femto", "pico", "nano", "tiny", "small", "b0", "18", "050", "100")
+
+
+def shrunk(values: dict[str, Any]) -> dict[str, Any]:
+    """The overrides that make a config tiny: each size field at most its tiny value (heads
+    a divisor of the width: 4, 2 or 1), each sub-config shrunk the same way."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and "model_type" in value:
+            sub = shrunk(value)
+            if sub:
+                out[key] = {"model_type": value["model_type"], **sub}
+        elif isinstance(value, bool) or not isinstance(value, int):
+            continue
+        elif key in HEADS:
+            out[key] = 4 if value >= 4 else 2 if value >= 2 else 1
+        elif key in TINY and value > TINY[key]:
+            out[key] = TINY[key]
+    return out
+
+
+def transformers_types() -> list[str]:
+    """The config types with an AutoModel class: what transformers can build as a model."""
+    from transformers.models.auto import configuration_auto, modeling_auto
+
+    return sorted(t for t in configuration_auto.CONFIG_MAPPING_NAMES if t in modeling_auto.MODEL_MAPPING_NAMES)
+
+
+def tiny_config(model_type: str) -> dict[str, Any]:
+    """``model_type``'s default config as overrides that shrink it (a JSON config)."""
+    from .hf_class import quiet_imports, transformers_module
+
+    transformers = transformers_module()
+    with quiet_imports():
+        defaults = transformers.AutoConfig.for_model(model_type).to_dict()
+    return {"model_type": model_type, **shrunk(defaults)}
+
+
+def vision_names() -> list[str]:
+    """``torchvision:NAME`` for its classification models, ``timm:NAME`` for the smallest
+    variant of each timm family."""
+    from . import import_torchvision
+
+    names = []
+    try:
+        torchvision = import_torchvision()
+        names += [f"torchvision:{n}" for n in sorted(torchvision.models.list_models(module=torchvision.models))]
+    except ImportError:
+        pass
+    try:
+        import timm
+    except ImportError:
+        return names
+    families: dict[str, str] = {}
+    for name in timm.list_models():
+        family = name.split("_")[0].rstrip("0123456789")
+        if family not in families and any(size in name for size in TIMM_SIZES):
+            families[family] = name
+    return names + [f"timm:{n}" for n in sorted(families.values())]
+
+
+def workload_name(spec: str) -> str:
+    kind, _, name = spec.partition(":")
+    return {"hf": "hf_", "timm": "timm_", "torchvision": "tv_"}[kind] + re.sub(r"[^a-z0-9_]", "_", name.lower())
+
+
+def census_entry(spec: str) -> dict[str, Any]:
+    """The zoo entry for one census spec (``hf:TYPE``, ``timm:NAME``, ``torchvision:NAME``)."""
+    from .intake import config_entry, spec_entry
+
+    kind, _, name = spec.partition(":")
+    if kind != "hf":
+        entry = spec_entry(spec)
+    else:
+        entry = config_entry(f"hf:{name}", tiny_config(name), None)
+        if "seq" in entry["inputs"]:
+            entry["inputs"] = {**entry["inputs"], "seq": min(CENSUS_SEQ, entry["inputs"]["seq"])}
+    return {**entry, "name": workload_name(spec), "census": spec}
+
+
+@functools.lru_cache(maxsize=None)  # the parent resolves the run's workloads twice (config, runner)
+def census_workload(spec: str) -> Workload:
+    """One architecture as a workload at every size; one whose entry cannot be made builds
+    into its reason (the eager cell fails with it)."""
+    from . import entry_workload
+
+    origin = PREFIX + spec
+    try:
+        return entry_workload(census_entry(spec), origin, sizes=("small", "default"))
+    except (WorkloadError, ValueError, ImportError, KeyError, TypeError, AttributeError) as exc:
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        params = {"origin": origin, "reason": reason}
+        return Workload(name=workload_name(spec), description=f"{spec}: not built ({reason})",
+                        sizes={"small": params, "default": params}, build=lazy("zoo.census", "unbuildable"),
+                        inputs=lambda p: [TensorSpec((1,), "float32", name="x")], tags=("census", "unbuilt"),
+                        source=origin)
+
+
+def unbuildable(params: dict[str, Any]):
+    raise WorkloadError(f"census: {params['origin'][len(PREFIX):]} cannot be built: {params['reason']}")
+
+
+@functools.lru_cache(maxsize=1)
+def census_specs() -> tuple[str, ...]:
+    return tuple(f"hf:{t}" for t in transformers_types()) + tuple(vision_names())
+
+
+def census_workloads() -> list[Workload]:
+    from .hf_class import quiet_imports
+
+    with quiet_imports():
+        return [census_workload(spec) for spec in census_specs()]
