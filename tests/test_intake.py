@@ -130,3 +130,13 @@ print("ok")
     proc = subprocess.run([sys.executable, "-c", code, f"hf:{INTAKE / 'qwen3_moe.json'}"], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+@pytest.mark.unit
+def test_the_zoos_moe_decoders_generate_with_suite_llm():
+    from workloads import resolve_workloads
+
+    for entry in ("olmoe", "granite_moe"):
+        picked = {w.name: w for w in resolve_workloads(None, [f"hf:{entry}"], "llm")}
+        decode = picked[f"{entry}_decode"]
+        assert decode.source == f"zoo:{entry}" and decode.params("small")["prompt"] == 8

@@ -56,9 +56,11 @@ def decode_workloads(entry: dict[str, Any], spec: str) -> list[Workload]:
     from ..llm import DECODE_MODEL_TYPES, HF_DECODERS, decode_workload, hf_decode_workload
 
     path = spec_path(spec)
-    if path in entry_names():  # a zoo entry: the decode suite's own, if it has one
-        return [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == path]
-    if entry.get("family") != "decoder" or entry.get("config", {}).get("model_type") not in DECODE_MODEL_TYPES:
+    takes = entry.get("family") == "decoder" and entry.get("config", {}).get("model_type") in DECODE_MODEL_TYPES
+    if path in entry_names():  # a zoo entry: the decode suite's own, else one of its name (the MoE decoders)
+        own = [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == path]
+        return own or ([hf_decode_workload(f"{path}_decode", path)] if takes else [])
+    if not takes:
         return []
     return [decode_workload(f"{entry['name']}_decode", entry, spec, SIZES)]
 
