@@ -265,6 +265,23 @@ def test_a_model_that_needs_a_download_or_is_missing_is_one_line_and_exit_2(spec
     assert code == 2 and len(err) == 1 and words in err[0], err
 
 
+@pytest.mark.unit
+def test_a_failure_keeps_the_messages_of_the_exceptions_behind_it():
+    from compare.worker.steps import failure_info
+
+    try:
+        try:
+            raise LookupError("No ONNX function found for <OpOverload(op='x.y', overload='default')>")
+        except LookupError as inner:
+            raise RuntimeError("Failed to convert the exported program") from inner
+    except RuntimeError as exc:
+        info = failure_info(exc)
+    assert info["first_error_line"] == "Failed to convert the exported program"
+    assert info["error_text"].splitlines() == ["RuntimeError: Failed to convert the exported program",
+                                               "LookupError: No ONNX function found for <OpOverload(op='x.y', "
+                                               "overload='default')>"]
+
+
 def _cell(backend, status="failed", error=None, info=None, numerics_ok=True, workload="m"):
     return Cell.from_flat(workload=workload, backend=backend, status=status, error=error, info=info or {},
                 numerics_ok=numerics_ok if status == "ok" else None)
@@ -304,6 +321,17 @@ def _cell(backend, status="failed", error=None, info=None, numerics_ok=True, wor
     (_cell("ort", error="TorchExportError: Failed to export the model with torch.export. This is step 1/3",
            info={"failed_phase": "compile", "exception": "torch.onnx._internal.exporter._errors.TorchExportError"}),
      None, ("fail_export", "TorchExportError: Failed to export the model with torch.export. This is step 1/3")),
+    # issue 57's MoE decoders: the op is on a later line (OpenVINO) or in the exception that
+    # torch.onnx's own wraps; the worker keeps the chain's messages in info.error_text
+    (_cell("openvino", error="OpConversionFailure: Check 'false' failed at unconverted_ops_report.cpp:151: [...]",
+           info={"failed_phase": "convert", "error_text": "OpConversionFailure: Check 'false' failed at "
+                 "unconverted_ops_report.cpp:151:\n-- No conversion rule found for operations: aten::histc"}),
+     None, ("fail_convert", "aten::histc")),
+    (_cell("ort", error="ConversionError: Failed to convert the exported program to an ONNX model. [...]",
+           info={"failed_phase": "compile", "error_text": "ConversionError: Failed to convert the exported program\n"
+                 "DispatchError: No ONNX function found for <OpOverload(op='transformers.grouped_mm_fallback', "
+                 "overload='default')>."}),
+     None, ("fail_convert", "transformers.grouped_mm_fallback")),
 ])
 def test_each_failure_is_classified(cell, eager, expected):
     assert coverage.classify(cell, eager) == expected

@@ -34,6 +34,7 @@ UNSUPPORTED_OP = (
     re.compile(r"failed to legalize operation '([\w.$]+)'"),  # MLIR (IREE)
     re.compile(r"Unsupported function types? \[?'?([\w.]+)"),  # TVM Relax's torch.export frontend
     re.compile(r"Unsupported FX nodes: \{'?([\w.:]+)"),  # torch.onnx
+    re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)'"),  # torch.onnx's dispatcher
     re.compile(r"[Nn]o (?:decomposition|lowering|translation|conversion|converter) (?:rule )?(?:found )?for "
                r"(?:op |operator |the op )?'?([\w.:]+)"),
     re.compile(r"Missing out variants?: \{'?([\w.:]+)"),  # ExecuTorch
@@ -80,7 +81,7 @@ def failure_status(cell: Cell) -> tuple[str, str]:
     module and the phase it failed in."""
     info = cell.conditions.info if isinstance(cell.conditions.info, dict) else {}
     error = cell.error or ""
-    if op := unsupported_op(error):
+    if op := unsupported_op(f"{error}\n{info.get('error_text') or ''}"):  # the whole message the worker kept
         return "fail_convert", op
     phase = info.get("failed_phase") or ((m := PHASE_IN_ERROR.search(error)) and m.group(1)) or ""
     if str(info.get("exception", "")).startswith(EXPORT_MODULES) or ONNX_EXPORT_STEPS.search(error):

@@ -827,11 +827,26 @@ def _delta(value: float | None, base: float | None) -> float | None:
     return None if value is None or base is None else value - base
 
 
+ERROR_TEXT_CHARS = 4000  # of the exception chain's messages: where a frontend names the op it cannot take
+
+
 def failure_info(exc: BaseException) -> dict[str, Any]:
     """Where a cell failed, for the coverage matrix: the phase, the exception's type and
-    module (torch.export's and dynamo's own errors say the export failed), and its first line."""
+    module (torch.export's and dynamo's own errors say the export failed), its first line,
+    and the messages of it and of the exceptions behind it (OpenVINO names the op on a later
+    line, torch.onnx in the exception its own wraps)."""
     return {"failed_phase": PHASE["last"], "exception": f"{type(exc).__module__}.{type(exc).__name__}",
-            "first_error_line": (str(exc).strip().splitlines() or [""])[0][:300]}
+            "first_error_line": (str(exc).strip().splitlines() or [""])[0][:300],
+            "error_text": "\n".join(exception_chain(exc))[:ERROR_TEXT_CHARS]}
+
+
+def exception_chain(exc: BaseException | None, depth: int = 5) -> list[str]:
+    """``Type: message`` of the exception and of those it was raised from, outermost first."""
+    messages: list[str] = []
+    while exc is not None and len(messages) < depth:
+        messages.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return messages
 
 
 def main(argv: list[str] | None = None, measure=measure_cell) -> int:
