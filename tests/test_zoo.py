@@ -332,6 +332,13 @@ def _cell(backend, status="failed", error=None, info=None, numerics_ok=True, wor
                  "DispatchError: No ONNX function found for <OpOverload(op='transformers.grouped_mm_fallback', "
                  "overload='default')>."}),
      None, ("fail_convert", "transformers.grouped_mm_fallback")),
+    (_cell("iree", error='iree-compile error: failed to legalize operation \'torch.operator\' that was explicitly marked '
+                        'illegal: %169 = "torch.operator"(%168) <{name = "torch.aten.histc"}> : (!torch.vtensor<[32],f32>)',
+           info={"failed_phase": "compile"}), None, ("fail_convert", "torch.aten.histc")),
+    (_cell("executorch", error="RuntimeError: SpecViolationError: Operator torch._ops.aten.histc.default is not in Core "
+                               "ATen opset", info={"failed_phase": "compile"}), None, ("fail_convert", "aten.histc.default")),
+    (_cell("xla", error="AssertionError: transformers.grouped_mm_fallback.default [...]", info={"failed_phase": "compile"}),
+     None, ("fail_convert", "transformers.grouped_mm_fallback.default")),
 ])
 def test_each_failure_is_classified(cell, eager, expected):
     assert coverage.classify(cell, eager) == expected

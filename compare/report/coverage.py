@@ -31,7 +31,10 @@ STATUSES = ("pass", "fail_export", "fail_convert", "fail_compile", "fail_accurac
 # How each frontend names the op it cannot take (the op is group 1).
 UNSUPPORTED_OP = (
     re.compile(r"No conversion rule found for operations?: ([\w:.]+)"),  # OpenVINO's PyTorch frontend
+    re.compile(r"failed to legalize operation 'torch\.operator'.*?name = \"([\w.]+)\""),  # IREE: an op torch-mlir kept opaque
     re.compile(r"failed to legalize operation '([\w.$]+)'"),  # MLIR (IREE)
+    re.compile(r"Operator (?:torch\._ops\.)?([\w.]+) is not in Core ATen opset"),  # ExecuTorch's verifier
+    re.compile(r"AssertionError: ((?:aten|transformers)\.[\w.]+)"),  # torchax (XLA): no lowering for the op
     re.compile(r"Unsupported function types? \[?'?([\w.]+)"),  # TVM Relax's torch.export frontend
     re.compile(r"Unsupported FX nodes: \{'?([\w.:]+)"),  # torch.onnx
     re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)'"),  # torch.onnx's dispatcher
