@@ -17,7 +17,8 @@ from conftest import load_results, run_cli, tiny_spec
 
 def test_a_coverage_only_run_has_every_verdict_no_timing_and_every_report(tmp_path):
     out = tmp_path / "run"
-    proc = run_cli("--coverage-only", "--backends", "inductor", "--workloads", "mlp,attention", "--size", "small",
+    # ORT, not Inductor: a 3 s export where Inductor compiles for 12 s (the default suite's budget)
+    proc = run_cli("--coverage-only", "--backends", "ort", "--workloads", "mlp,attention", "--size", "small",
                    "--output-dir", out, "--no-history", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = load_results(out)
@@ -25,7 +26,7 @@ def test_a_coverage_only_run_has_every_verdict_no_timing_and_every_report(tmp_pa
     assert cfg["coverage_only"] is True and (cfg["processes"], cfg["interleave"], cfg["noise_probe_s"]) == (1, False, 0)
     assert not results["experiments"].get("noise_probe")  # no probe before or after the cells
     cells = {(c["workload"], c["backend"]): c for c in results["cells"]}
-    assert set(cells) == {(w, b) for w in ("mlp", "attention") for b in ("eager", "inductor")}
+    assert set(cells) == {(w, b) for w in ("mlp", "attention") for b in ("eager", "ort")}
     for cell in cells.values():
         assert cell["status"] == "ok" and cell["numerics_ok"] is True and cell["max_abs_err"] is not None
         assert cell["compile_s"] is not None and cell["time_to_first_result_s"] is not None
@@ -33,7 +34,7 @@ def test_a_coverage_only_run_has_every_verdict_no_timing_and_every_report(tmp_pa
         assert cell["process_samples"] is None and cell["numerics_after_timing"] is None
         assert "thread_pinning" not in cell["info"]  # read while the timed calls run: none ran
         assert cell["steady_state_mb"] is None  # one call: no second one for steady state
-    assert cells[("mlp", "inductor")]["compile_s"] > 0.1  # Inductor compiled
+    assert cells[("mlp", "ort")]["compile_s"] > 0.1  # ORT exported and built its session
 
     summary = (out / "summary.md").read_text()
     assert "coverage only: no timing" in summary and "## Coverage: what lowers" in summary
@@ -46,31 +47,11 @@ def test_a_coverage_only_run_has_every_verdict_no_timing_and_every_report(tmp_pa
     assert len(rows) == 4 and all(r["status"] == "ok" and r["latency_ms"] == "" and r["speedup"] == "" for r in rows)
     assert all(r["numerics_ok"] == "True" for r in rows)
     written = sorted(p.name for p in (out / "coverage").iterdir())
-    assert written == ["inductor_models_fp32_inference_cpu_accuracy.csv"]  # timed nothing: no performance file
+    assert written == ["ort_models_fp32_inference_cpu_accuracy.csv"]  # timed nothing: no performance file
     terminal = " ".join(proc.stdout.split())  # the table's title wraps
     assert "coverage only: no timing" in terminal
     for column in ("latency ms", "speedup vs eager", "geometric-mean"):
         assert column not in terminal
-
-
-def test_a_coverage_only_model_run_writes_the_coverage_matrix(tmp_path):
-    """A --model run's matrix, untimed: ~15 s on two cores (ORT exports ResNet-18 at the small size)."""
-    pytest.importorskip("torchvision")
-    pytest.importorskip("onnxruntime")
-    out = tmp_path / "run"
-    proc = run_cli("--coverage-only", "--model", "torchvision:resnet18", "--size", "small", "--backends", "ort",
-                   "--output-dir", out, "--no-history", "--quiet", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = load_results(out)["cells"]
-    assert [(c["backend"], c["status"], c["numerics_ok"], c["speedup"]) for c in cells] == [
-        ("eager", "ok", True, None), ("ort", "ok", True, None)]
-    summary = (out / "summary.md").read_text()
-    assert "| resnet18 | pass | pass |" in summary and "coverage only: no timing" in summary
-    assert "| ort | 1/1 |" in summary  # the per-backend pass rate
-    assert 'class="cov-pass"' in (out / "report.html").read_text()
-    with open(out / "coverage" / "ort_models_fp32_inference_cpu_accuracy.csv") as f:
-        assert list(csv.DictReader(f)) == [{"dev": "cpu", "name": "resnet18", "batch_size": "1", "accuracy": "pass"}]
-    assert not (out / "coverage" / "ort_models_fp32_inference_cpu_performance.csv").exists()
 
 
 def test_the_options_that_serve_timing_are_set_to_none_or_refused(tmp_path):
