@@ -179,6 +179,7 @@ def test_the_int8_table_shows_both_speedups_accuracy_and_quantize_time():
 # ----------------------------------------------------------------------------- runs
 
 
+@pytest.mark.slow  # 107 s: the default suite's 15 minutes (the int8 units above stay in it)
 def test_a_small_int8_run_through_ort_openvino_and_inductor_with_the_same_calibration_data(tmp_path):
     """mlp and conv at int8 through each backend's own quantizer; a backend whose release
     has none is unavailable with its reason; a broken (2-bit) test quantizer fails the int8

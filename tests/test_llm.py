@@ -217,6 +217,7 @@ def _generate(tmp_path, workloads: str, backends: str) -> dict:
     return cells
 
 
+@pytest.mark.slow  # 128 s: the default suite's 15 minutes (Inductor's two LLM paths stay in it, below)
 def test_the_toy_and_transformers_llama_generate_eagers_tokens_through_inductor_and_ort(tmp_path):
     cells = _generate(tmp_path, "gpt2_decode,llama_decode", "inductor,ort")
     # Inductor's default LLM path: transformers' StaticCache for a transformers decoder; the toy's own modules.
