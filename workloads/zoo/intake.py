@@ -115,18 +115,15 @@ def config_entry(spec: str, config: dict[str, Any], weights_dir: str | None) -> 
         raise WorkloadError(f"--model {spec}: config has no model_type")
     declared = describe(spec, config)
     path = spec_path(spec)
-    return {"name": default_name(spec, path, config["model_type"]),
+    return {"name": default_name(path, config["model_type"]),
             "title": f"{declared['class']} from {path}" + (" (its weights" if weights_dir else " (seeded random weights")
             + ", as given at every --size)",
             "source": "hf", "config": config, "weights": weights_dir, **declared}
 
 
-def default_name(spec: str, path: str, fallback: str) -> str:
+def default_name(path: str, fallback: str) -> str:
     """A user's model is named after its file (``cfgs/a.json``: ``a``), or its folder when
-    the file is a ``config.json`` or the spec a folder; ``NAME=`` in the spec overrides it."""
-    given, _ = split_name(spec)
-    if given:
-        return given
+    the file is a ``config.json`` or the spec a folder (``NAME=`` in the spec: ``spec_entry``)."""
     where = Path(path)
     stem = where.parent.name if where.name == "config.json" else where.stem if where.suffix == ".json" else where.name
     return re.sub(r"[^a-z0-9_]", "_", stem.lower()) or re.sub(r"[^a-z0-9_]", "_", fallback.lower())
