@@ -193,3 +193,22 @@ def test_a_version_5_interval_is_recomputed_on_load(tmp_path):
     back = RunResults.load(tmp_path)
     fill_derived(back)
     assert back.cells[0].speedup_ci != [0.1, 9.0] and back.cells[0].spread.interval["tail"] == 0.025
+
+
+def test_decode_runs_also_check_each_rate_speedup():
+    # The LLM suite's figures are pp and tg tokens/s over eager's (issue 56: back to back at pp512/tg128).
+    def rates(values):
+        run = _run({w: (1.5, [1.4, 1.6]) for w in values})
+        for cell in run.cells:
+            pp, tg = values[cell.workload]
+            cell.scenario.decode = {"pp_speedup": {"value": pp[0], "ci": pp[1]},
+                                    "tg_speedup": {"value": tg[0], "ci": tg[1]}}
+        return run
+
+    a = rates({"llama_decode": ((1.00, [0.95, 1.05]), (1.70, [1.65, 1.75]))})
+    b = rates({"llama_decode": ((1.02, [0.97, 1.07]), (1.80, [1.76, 1.84]))})
+    found = stability.pairs(a, b, stability.rate_figure("tg"))
+    assert [(p.a, p.b, p.b_in_a, p.overlap) for p in found] == [(1.70, 1.80, False, False)]
+    text = stability.markdown(a, b, stability.pairs(a, b))
+    assert "## pp tokens/s over eager's" in text and "1 cells: 100% of pp speedups inside" in text
+    assert "## tg tokens/s over eager's" in text and "1 cells: 0% of tg speedups inside" in text

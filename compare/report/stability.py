@@ -67,6 +67,14 @@ def tail_figure(cell: Cell) -> tuple[float, list[float]] | None:
     return (tail["ratio"], tail["ci"]) if tail and _usable(cell) else None
 
 
+def rate_figure(part: str):
+    """The decode suite: ``part``'s (``pp``, prefill; ``tg``, generation) tokens/s over eager's, and its interval."""
+    def figure(cell: Cell) -> tuple[float, list[float]] | None:
+        found = (cell.scenario.decode or {}).get(f"{part}_speedup") if _usable(cell) else None
+        return (found["value"], found["ci"]) if found and found.get("ci") else None
+    return figure
+
+
 def pairs(a: RunResults, b: RunResults, figure=speedup_figure) -> list[Pair]:
     """The ok cells with ``figure`` (a value and its interval) in both runs, in A's order."""
     fill_derived(a)
@@ -120,6 +128,10 @@ def markdown(a: RunResults, b: RunResults, found: list[Pair]) -> str:
     tails = matched(a, b, tail_figure)  # found came from pairs, which filled both runs
     if tails:  # single-stream runs: the tail's promise too
         lines += ["", "## p99 speedup (eager's p99 request over the backend's)", "", *_table(tails, "p99 speedup")]
+    for part, what in (("pp", "prefill"), ("tg", "generation")):
+        rates = matched(a, b, rate_figure(part))
+        if rates:  # decode runs: each rate's promise (llama-bench's pp and tg)
+            lines += ["", f"## {part} tokens/s over eager's ({what})", "", *_table(rates, f"{part} speedup")]
     return "\n".join(lines) + "\n"
 
 
