@@ -264,12 +264,19 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--cuda-arch {args.cuda_arch!r} is not of the form sm_XY (e.g. sm_80)")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
+    if getattr(args, "max_processes", None) is not None and not getattr(args, "coverage_only", False):
+        if args.max_processes < args.processes:
+            raise UsageError(f"--max-processes {args.max_processes} is below --processes {args.processes}")
+        if args.interleave != "on" or args.executor != "local":
+            raise UsageError("--max-processes adds passes of interleaved time: it needs --interleave on and the "
+                             "local executor")
     if "tf32" in args.dtype and args.device != "cuda":
         raise UsageError("--dtype tf32 is a CUDA tensor-core math mode: add --device cuda (on the CPU, fp32 is fp32)")
 
 
 # What --coverage-only sets, as the flags say it: one worker per cell, no interleaving, no noise probe.
-COVERAGE_ONLY = {"processes": 1, "reference_processes": 1, "interleave": "off", "noise_probe": 0.0}
+COVERAGE_ONLY = {"processes": 1, "max_processes": None, "reference_processes": 1, "interleave": "off",
+                 "noise_probe": 0.0}
 # The flags that ask for something of the timing, or of an instrument that follows it.
 COVERAGE_REFUSES = ("--explain", "--crosscheck", "--roofline", "--scenario")
 

@@ -91,3 +91,36 @@ def test_a_backend_that_slows_the_eager_in_its_process_does_not_move_its_speedup
         return cell["eager_latency"]["median"] / cell["latency"]["median"]
     assert in_cell(mover) / in_cell(quiet) > 2  # it fails the check below
     assert abs(mover["speedup"] / quiet["speedup"] - 1) < 0.15
+
+
+def test_a_cell_whose_interval_stays_wide_gets_more_processes_up_to_the_maximum(tmp_path):
+    # Issue 56: stop sampling a cell when its interval is narrow enough. The jitter backend
+    # runs at half speed in every second process that compiles it, so after --processes 2
+    # its interval is far wider than 5 %: a third pass runs for it (and eager-only processes
+    # beside it), and no fourth, at --max-processes 3.
+    site = tmp_path / "site"
+    info = site / "dlcompare_jitter-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlcompare-jitter\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[dlcompare.backends]\njitter = dlcompare_jitter_backend:JitterBackend\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(PLUGIN)]),
+           "DLCOMPARE_TEST_JITTER_COUNTER": str(tmp_path / "counter")}
+    proc = run_cli("--backends", "jitter", "--workloads", "mlp", "--size", "small", "--threads", "1",
+                   "--processes", "2", "--max-processes", "3", "--reference-processes", "2", "--time-budget", "1",
+                   "--output-dir", tmp_path / "run", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = load_results(tmp_path / "run")
+    cells = {c["backend"]: c for c in results["cells"]}
+    jitter, eager = cells["jitter"], cells["eager"]
+    assert jitter["status"] == "ok" and not jitter["transient"]
+    assert len(jitter["process_samples"]) == 3 and (tmp_path / "counter").read_text() == "xxx"
+    assert len(eager["process_samples"]) == 3  # an eager-only process in the extra stretch too
+    assert sorted({p["stretch"].split(".")[0] for p in jitter["processes"]}) == ["0", "1", "2"]
+    assert "up to 3 for a cell whose speedup interval was still wider" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_max_processes_below_processes_is_a_usage_error(tmp_path):
+    proc = run_cli("--backends", "ort", "--workloads", "mlp", "--processes", "3", "--max-processes", "2",
+                   "--output-dir", tmp_path / "run")
+    assert proc.returncode == 2 and "--max-processes 2 is below --processes 3" in proc.stderr
+    assert "Traceback" not in proc.stderr

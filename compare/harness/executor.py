@@ -45,6 +45,8 @@ class Hooks:
     record: Callable[[Cell], None]
     # A cell measured in part (its first passes): kept and saved, not yet finished.
     update: Callable[[Cell], None] = lambda cell: None
+    # A pass beyond --processes: (workload, its number, the cells it is for).
+    extra_pass: Callable[[str, int, list[str]], None] = lambda workload, number, backends: None
 
 
 class Executor(ABC):
@@ -72,6 +74,7 @@ class GroupRounds:
     announced: set[str]
     stretches: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     chunks: list[list[str]] = dataclasses.field(default_factory=list)  # the cells of each stretch of a pass
+    finished: bool = False  # its cells recorded: no more passes
 
 
 # Start one more worker of a group only while the memory left holds this many times the
@@ -132,14 +135,49 @@ class LocalExecutor(Executor):
                     self.hooks.record(cell)
             return
         passes = max(1, self.config.processes)
-        with cell_store(self.config.cache, passes) as store:
+        most = max(passes, self.config.max_processes or passes)
+        with cell_store(self.config.cache, most) as store:
             plan = ProcessPlan(passes, store)
             states = [self._group_rounds(group) for group in groups]
-            for index in range(passes):
+            for index in range(most):
                 for state in states:
-                    self._interleave(state, plan, index)
-                    for cell in self._cells(state, final=index == passes - 1):
-                        (self.hooks.record if index == passes - 1 else self.hooks.update)(cell)
+                    if state.finished:
+                        continue
+                    only = None if index < passes else set(self.still_wide(state))
+                    if only is not None:
+                        if not only:  # every interval narrow enough: the cells as they stand are final
+                            self._finish(state)
+                            continue
+                        self.hooks.extra_pass(state.group.workload.name, index + 1, sorted(only))
+                    self._interleave(state, plan, index, only)
+                    if index == most - 1:
+                        self._finish(state)
+                    else:
+                        for cell in self._cells(state, final=False):
+                            self.hooks.update(cell)
+
+    def _finish(self, state: GroupRounds) -> None:
+        state.finished = True
+        for cell in self._cells(state, final=True):
+            self.hooks.record(cell)
+
+    def still_wide(self, state: GroupRounds) -> list[str]:
+        """The group's cells whose speedup interval, from the processes so far, is wider than
+        the noisy mark (``NOISY_REL_HALF_WIDTH`` of the speedup) and that have fewer than
+        ``max_processes`` processes: the cells another pass is for."""
+        from compare.results.derived import NOISY_REL_HALF_WIDTH, fill_speedup
+
+        cells = {c.backend: c for c in self._cells(state, final=True)}
+        reference = next((c for c in cells.values() if c.is_reference), None)
+        wide = []
+        for backend, cell in cells.items():
+            if cell.is_reference or cell.status != "ok" or len(state.runs[backend]) >= (self.config.max_processes or 0):
+                continue
+            fill_speedup(cell, None, reference)
+            if cell.speedup_ci and cell.speedup and \
+                    (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup:
+                wide.append(backend)
+        return wide
 
     def kill(self) -> None:
         if self._current is not None:
@@ -179,14 +217,16 @@ class LocalExecutor(Executor):
                                          log=self.specs.log_rel(group.workload, b, group.batch, group.dtype)))
         return cells
 
-    def _interleave(self, state: GroupRounds, plan: ProcessPlan, index: int) -> None:
-        """Pass ``index`` of one group: one process of every cell still ok, timed in turns,
-        with the eager-only reference's processes among them. After the first pass, the
-        workers import at once and compile in turn. Where memory cannot hold every worker
-        of the group at once (``room``), the first pass times them in several stretches,
-        each with eager-only processes of its own, and later passes keep those stretches."""
+    def _interleave(self, state: GroupRounds, plan: ProcessPlan, index: int, only: set[str] | None = None) -> None:
+        """Pass ``index`` of one group: one process of every cell still ok (of ``only``'s, in a
+        pass beyond --processes), timed in turns, with the eager-only reference's processes
+        among them. After the first pass, the workers import at once and compile in turn.
+        Where memory cannot hold every worker of the group at once (``room``), the first pass
+        times them in several stretches, each with eager-only processes of its own, and
+        later passes keep those stretches."""
         group, rounds = state.group, plan.count
-        going = [b for b in group.backends if b in state.specs and all(r.status == "ok" for r in state.runs[b])]
+        going = [b for b in group.backends if b in state.specs and all(r.status == "ok" for r in state.runs[b])
+                 and (only is None or b in only or state.specs[b].is_reference)]
         if not going:
             return
         specs = {b: dataclasses.replace(plan.spec(state.specs[b], index), await_compile=index > 0) for b in going}
@@ -239,7 +279,7 @@ class LocalExecutor(Executor):
         return start
 
     def _phase_reporter(self, workload_name: str, backend: str, index: int, count: int | None = None):
-        count = count or max(1, self.config.processes)
+        count = count or max(1, self.config.processes, self.config.max_processes or 0)
 
         def on_phase(phase: str) -> None:
             self.hooks.phase(workload_name, backend, phase if count == 1 else f"process {index + 1}/{count}: {phase}")

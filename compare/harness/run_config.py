@@ -263,6 +263,13 @@ class RunConfig:
         metavar="K",
         help=f"fresh worker processes per cell, samples pooled across them; in a cold run the first compiles and "
              f"the others load its artifact (default {PROCESSES})")
+    # More processes only for the cells that need them: after the K passes, a cell whose
+    # speedup interval is still wider than +-5 % gets one more pass at a time (with eager-only
+    # processes of its own), up to M processes (compare.harness.executor.LocalExecutor).
+    max_processes: int | None = run_option(
+        None, flag="--max-processes", group="sampling", resume=CHECKED, type=positive_int, metavar="M",
+        help="after the --processes passes, one more pass at a time for the cells whose speedup interval is "
+             "still wider than +-5%%, up to M processes each (interleaved runs; default: none)")
     # Seconds of the machine probe (a compute loop and a memory copy) before and after the
     # cells, shown in the header; 0: none.
     noise_probe_s: float = run_option(

@@ -158,7 +158,9 @@ class Runner:
     def _make_executor(self, results: RunResults) -> Executor:
         hooks = Hooks(announce=self._announce, phase=self.progress.phase,
                       record=lambda cell: self._record(results, cell),
-                      update=lambda cell: self._record(results, cell, finished=False))
+                      update=lambda cell: self._record(results, cell, finished=False),
+                      extra_pass=lambda workload, number, backends: self.progress.phase(
+                          workload, ",".join(backends), f"pass {number}: one more process (interval wider than 5 %)"))
         if self.config.executor == "ray":
             from compare.harness.ray_executor import RayExecutor
 

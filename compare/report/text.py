@@ -241,7 +241,7 @@ def conditions_line(results: RunResults) -> str:
     affinity = f"; pinned to CPUs {','.join(map(str, cfg['affinity']))}" if cfg.get("affinity") else ""
     timing = ("coverage only: no timing (one worker per cell compiles, calls once and checks the numerics)"
               if coverage_only(results) else
-              f"scenario {scenario_text(cfg)}; {processes} worker process(es) per cell{warm}"
+              f"scenario {scenario_text(cfg)}; {processes} worker process(es) per cell{warm}{extra_text(results)}"
               f" ({reference_processes(results)} for the reference){estimator_text(results)}")
     return (f"{env.get('threads', '?')} thread(s) of {env.get('cores', '?')} cores for every backend{affinity}; "
             f"allocator {env.get('allocator', cfg.get('allocator', 'glibc-tuned'))}; "
@@ -249,6 +249,17 @@ def conditions_line(results: RunResults) -> str:
             f"{timing}; cache {cache}"
             f"{precision_text(results)}{reference_text(results)}{backend_conditions(results)}{pinning_text(results)}"
             f"{preset_text(cfg)}")
+
+
+def extra_text(results: RunResults) -> str:
+    """--max-processes: how many cells took more processes than --processes, and up to how many."""
+    cfg = results.config
+    processes, most = cfg.get("processes", 1), cfg.get("max_processes") or 0
+    if most <= processes:
+        return ""
+    more = sum(1 for c in results.cells if not c.is_reference and len(c.spread.process_samples or []) > processes)
+    return (f", up to {most} for a cell whose speedup interval was still wider than ±5 % "
+            f"({more} cell(s) took more)")
 
 
 def estimator_text(results: RunResults) -> str:
