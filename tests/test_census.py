@@ -30,6 +30,43 @@ def test_a_config_is_shrunk_with_heads_that_divide_the_width_and_parts_shrunk_to
                                 "intermediate_size": 128, "vision_config": {"model_type": "v", "num_hidden_layers": 2}}
 
 
+@pytest.mark.unit
+def test_the_other_rules_keep_the_head_size_or_every_width_and_shrink_layers_and_experts():
+    from workloads.zoo.census import shrunk
+
+    defaults = {"model_type": "x", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "num_hidden_layers": 28, "intermediate_size": 11008, "num_experts": 64, "num_experts_per_tok": 8,
+                "rotary_dim": 64, "text_config": {"model_type": "t", "hidden_size": 512, "num_hidden_layers": 24}}
+    assert shrunk(defaults, "heads") == {"hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 2,
+                                         "num_hidden_layers": 2, "intermediate_size": 1024, "num_experts": 4,
+                                         "num_experts_per_tok": 2,
+                                         "text_config": {"model_type": "t", "num_hidden_layers": 2}}
+    assert shrunk(defaults, "depth") == {"num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2,
+                                         "text_config": {"model_type": "t", "num_hidden_layers": 2}}
+
+
+def test_a_census_model_whose_tiny_widths_break_it_is_shrunk_by_the_next_rule():
+    # GPT-J's rotary_dim (64) is no field the tiny rule knows: at head size 16 its attention
+    # fails on a shape. Two heads of its own head size (256) run, and the model says so.
+    code = ("from workloads.zoo.census import census_model, census_workload\n"
+            "from workloads import make_inputs\n"
+            "w = census_workload('hf:gptj')\nm = census_model('hf:gptj', 'small')\n"
+            "m(*make_inputs(w.input_specs('small')))\nprint(getattr(m, 'build_note', 'tiny'))")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "shrunk by the 'heads' rule (at the tiny widths: RuntimeError" in proc.stdout
+
+
+@pytest.mark.unit
+def test_a_video_model_is_fed_clips_of_the_frames_its_config_names():
+    from workloads.zoo import input_specs
+
+    params = {"batch": 1, "kind": "image", "channels": 3, "image": 32, "video_frames": 8}
+    assert [s.shape for s in input_specs(params)] == [(1, 8, 3, 32, 32)]
+    assert [s.shape for s in input_specs({**params, "video_frames": None})] == [(1, 3, 32, 32)]
+
+
 def test_the_census_lists_transformers_architectures_and_vision_models():
     code = ("import json\nfrom workloads.zoo.census import census_specs\nspecs = census_specs()\n"
             "print(json.dumps({k: sum(s.startswith(k + ':') for s in specs) for k in ('hf', 'timm', 'torchvision')}))")

@@ -796,7 +796,8 @@ def measure_prepared(spec: CellSpec, backend, ctx, torch_import_s: float, proces
         **figures,
         cache=cache_verdict(backend, ctx, result, spec.fresh_store),
         info={**cell_info(result), **timed_info,
-              **({"float64_reference": float64_reference} if float64_reference else {})},
+              **({"float64_reference": float64_reference} if float64_reference else {}),
+              **({"build_note": note} if (note := getattr(setup.model, "build_note", None)) else {})},
     )
 
 

@@ -31,6 +31,7 @@ else:
         row["stage"] = "build"
         model = build_model(w, "small")
         row["params"] = sum(p.numel() for p in model.parameters())
+        row["rule"] = "tiny" if not hasattr(model, "build_note") else model.build_note.split("'")[1]
         row["stage"] = "forward"
         with torch.no_grad():
             out = model(*make_inputs(w.input_specs("small")))
@@ -75,6 +76,8 @@ def main() -> None:
         stages = collections.Counter(r["stage"] for r in mine)
         print(f"| {source} | {len(mine)} | {stages['ok']} | {stages['intake']} | {stages['build']} | "
               f"{stages['forward']} | {stages['crash'] + stages['timeout']} |")
+    rules = collections.Counter(r.get("rule", "tiny") for r in rows if r["stage"] == "ok" and r["spec"].startswith("hf:"))
+    print(f"\ntransformers models built by each shrink rule (workloads/zoo/census.py RULES): {dict(rules)}")
     reasons = collections.Counter(r["error"].split(":")[0] if r["stage"] != "intake" else
                                   r["error"].split("(", 1)[-1][:70] for r in rows if r["stage"] != "ok")
     print("\nmost common reasons:")

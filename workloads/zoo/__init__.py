@@ -110,7 +110,8 @@ def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
     shapes = {"ids": ((b, params.get("seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
               "mask": ((b, params.get("seq", 0)), "int64", "ones"),
               "decoder_ids": ((b, params.get("decoder_seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
-              "image": ((b, params.get("channels", 3), params.get("image", 0), params.get("image", 0)), "float32", "randn"),
+              "image": ((b, *([params["video_frames"]] if params.get("video_frames") else []), params.get("channels", 3),
+                         params.get("image", 0), params.get("image", 0)), "float32", "randn"),
               "mel": ((b, params.get("mel_bins", 0), params.get("frames", 0)), "float32", "randn"),
               "waveform": ((b, params.get("samples", 0)), "float32", "randn")}
     specs = []

@@ -58,19 +58,27 @@ def build_model(params: Mapping[str, Any]) -> nn.Module:
         return Program(torch.export.load(origin[4:]).module())
     if origin.startswith("zoo:"):
         entry = load_entry(origin[4:])
-    elif origin.startswith("census:"):
-        from .census import census_entry
-
-        entry = census_entry(origin.removeprefix("census:"))
     else:
         from .intake import spec_entry
 
         entry = spec_entry(origin)
-    model = {"hf": hf_model, "timm": timm_model, "torchvision": torchvision_model}[entry["source"]](entry, params["size"])
+    return entry_model(entry, params["size"])
+
+
+def entry_model(entry: Mapping[str, Any], size: str) -> nn.Module:
+    """A zoo entry's model at ``size``, called as ``Called`` calls it."""
+    model = {"hf": hf_model, "timm": timm_model, "torchvision": torchvision_model}[entry["source"]](entry, size)
     names = [name for name, _ in input_names(entry["inputs"]["kind"])] if entry["source"] == "hf" else None
     accepted = inspect.signature(model.forward).parameters
     extra = {"use_cache": False} if "use_cache" in accepted else {}
     return Called(model.eval(), names, entry.get("output"), extra)
+
+
+def parameter_count(entry: Mapping[str, Any], size: str) -> int:
+    """How many parameters a transformers entry's model has, counted on the meta device
+    (nothing allocated)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in hf_model(entry, size).parameters())
 
 
 def hf_decoder(params: Mapping[str, Any]) -> nn.Module:

@@ -8,6 +8,7 @@ An architecture whose config or inputs cannot be made is still a workload: build
 raises the reason, so its row says why instead of vanishing."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from typing import Any
@@ -30,25 +31,60 @@ EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
 TOP_K = ("num_experts_per_tok", "moe_topk")
 TINY = {**dict.fromkeys(LAYERS, 2), **dict.fromkeys(WIDTHS, 64), **dict.fromkeys(FFN, 128),
         **dict.fromkeys(EXPERTS, 4), **dict.fromkeys(TOP_K, 2), "num_key_value_heads": 2, "head_dim": 16}
+# Where the tiny widths break a rule of the architecture (a field this list does not know
+# sizes a projection from the head: GPT-J's rotary_dim, Qwen2-VL's rope sections, DeepSeek's
+# MLA dims; 80 of transformers' 631 failed on a shape), the census tries two more rules in
+# turn: two heads of the config's own head size ("heads"), then the widths as they are
+# ("depth"); each shrinks the layers and experts, and is tried where its model holds at most
+# SHRINK_PARAMS parameters.
+RULES = ("tiny", "heads", "depth")
+DEPTH = (*LAYERS, *EXPERTS, *TOP_K)
+SHRINK_PARAMS = 300_000_000
 # timm: the smallest variant of each family, by these size words in its name.
 TIMM_SIZES = ("atto", "femto", "pico", "nano", "tiny", "small", "b0", "18", "050", "100")
 
 
-def shrunk(values: dict[str, Any]) -> dict[str, Any]:
-    """The overrides that make a config tiny: each size field at most its tiny value (heads
-    a divisor of the width: 4, 2 or 1), each sub-config shrunk the same way."""
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def head_size(values: dict[str, Any]) -> int | None:
+    """The config's width per attention head: its head_dim, else its width over its heads."""
+    if _int(values.get("head_dim")):
+        return values["head_dim"]
+    width = next((values[k] for k in WIDTHS if _int(values.get(k))), None)
+    heads = next((values[k] for k in HEADS if _int(values.get(k))), None)
+    return width // heads if width and heads else None
+
+
+def shrunk(values: dict[str, Any], rule: str = "tiny") -> dict[str, Any]:
+    """The overrides that shrink a config by ``rule`` (``RULES``), each sub-config likewise.
+    Every rule: at most 2 layers, 4 experts, top-2. ``tiny``: each size field at most its
+    tiny value, heads a divisor of the width (4, 2 or 1). ``heads``: 2 heads (and key/value
+    heads) of the config's own head size, the width 2 heads, the FFN 8 heads. ``depth``: the
+    widths as they are."""
     out: dict[str, Any] = {}
+    head = head_size(values) if rule == "heads" else None
     for key, value in values.items():
         if isinstance(value, dict) and "model_type" in value:
-            sub = shrunk(value)
+            sub = shrunk(value, rule)
             if sub:
                 out[key] = {"model_type": value["model_type"], **sub}
-        elif isinstance(value, bool) or not isinstance(value, int):
+        elif not _int(value):
             continue
-        elif key in HEADS:
+        elif key in DEPTH:
+            if value > TINY[key]:
+                out[key] = TINY[key]
+        elif rule == "tiny" and key in HEADS:
             out[key] = 4 if value >= 4 else 2 if value >= 2 else 1
-        elif key in TINY and value > TINY[key]:
+        elif rule == "tiny" and key in TINY and value > TINY[key]:
             out[key] = TINY[key]
+        elif head and key in (*HEADS, "num_key_value_heads"):
+            out[key] = min(value, 2)
+        elif head and key in WIDTHS:
+            out[key] = min(value, 2 * head)
+        elif head and key in FFN:
+            out[key] = min(value, 8 * head)
     return out
 
 
@@ -59,14 +95,14 @@ def transformers_types() -> list[str]:
     return sorted(t for t in configuration_auto.CONFIG_MAPPING_NAMES if t in modeling_auto.MODEL_MAPPING_NAMES)
 
 
-def tiny_config(model_type: str) -> dict[str, Any]:
-    """``model_type``'s default config as overrides that shrink it (a JSON config)."""
+def tiny_config(model_type: str, rule: str = "tiny") -> dict[str, Any]:
+    """``model_type``'s default config as overrides that shrink it by ``rule`` (a JSON config)."""
     from .hf_class import quiet_imports, transformers_module
 
     transformers = transformers_module()
     with quiet_imports():
         defaults = transformers.AutoConfig.for_model(model_type).to_dict()
-    return {"model_type": model_type, **shrunk(defaults)}
+    return {"model_type": model_type, **shrunk(defaults, rule)}
 
 
 def vision_names() -> list[str]:
@@ -97,7 +133,7 @@ def workload_name(spec: str) -> str:
     return {"hf": "hf_", "timm": "timm_", "torchvision": "tv_"}[kind] + re.sub(r"[^a-z0-9_]", "_", name.lower())
 
 
-def census_entry(spec: str) -> dict[str, Any]:
+def census_entry(spec: str, rule: str = "tiny") -> dict[str, Any]:
     """The zoo entry for one census spec (``hf:TYPE``, ``timm:NAME``, ``torchvision:NAME``)."""
     from .intake import config_entry, spec_entry
 
@@ -105,7 +141,7 @@ def census_entry(spec: str) -> dict[str, Any]:
     if kind != "hf":
         entry = spec_entry(spec)
     else:
-        entry = config_entry(f"hf:{name}", tiny_config(name), None)
+        entry = config_entry(f"hf:{name}", tiny_config(name, rule), None)
         if "seq" in entry["inputs"]:
             entry["inputs"] = {**entry["inputs"], "seq": min(CENSUS_SEQ, entry["inputs"]["seq"])}
     return {**entry, "name": workload_name(spec), "census": spec}
@@ -119,7 +155,8 @@ def census_workload(spec: str) -> Workload:
 
     origin = PREFIX + spec
     try:
-        return entry_workload(census_entry(spec), origin, sizes=("small", "default"))
+        workload = entry_workload(census_entry(spec), origin, sizes=("small", "default"))
+        return dataclasses.replace(workload, build=lazy("zoo.census", "build_census"))
     except (WorkloadError, ValueError, ImportError, KeyError, TypeError, AttributeError) as exc:
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         params = {"origin": origin, "reason": reason}
@@ -127,6 +164,70 @@ def census_workload(spec: str) -> Workload:
                         sizes={"small": params, "default": params}, build=lazy("zoo.census", "unbuildable"),
                         inputs=lambda p: [TensorSpec((1,), "float32", name="x")], tags=("census", "unbuilt"),
                         source=origin)
+
+
+def build_census(params: dict[str, Any]):
+    """A census workload's module, in the worker (``census_model``)."""
+    from . import offline_imports
+
+    offline_imports()
+    return census_model(params["origin"].removeprefix(PREFIX), params["size"])
+
+
+def census_model(spec: str, size: str):
+    """The census model of ``spec``, built in the worker. A transformers model is built by
+    each shrink rule in turn (``RULES``) and called once on the workload's inputs (which no
+    rule changes); the first that runs is the model, and ``build_note`` says which rule
+    where it is not the first. Where none runs, the tiny model's error stands."""
+    from workloads import make_inputs
+
+    from . import entry_workload
+    from .build import entry_model
+
+    entry = census_entry(spec)
+    if not spec.startswith("hf:"):
+        return entry_model(entry, size)
+    inputs = make_inputs(entry_workload(entry, PREFIX + spec).input_specs(size))
+    try:
+        return called_model(entry, size, inputs)
+    except Exception as tiny:
+        first = f"{type(tiny).__name__}: {str(tiny).splitlines()[0][:120] if str(tiny) else ''}"
+        tried = [entry["config"]]
+        for rule in RULES[1:]:
+            model = other_rule_model(spec, rule, size, inputs, tried)
+            if model is not None:
+                model.build_note = f"census: shrunk by the {rule!r} rule (at the tiny widths: {first})"
+                return model
+        raise
+
+
+def called_model(entry: dict[str, Any], size: str, inputs: list):
+    """The entry's model, built and called once on ``inputs`` (raises what either raises)."""
+    import torch
+
+    from .build import entry_model
+
+    model = entry_model(entry, size)
+    with torch.no_grad():
+        model(*inputs)
+    return model
+
+
+def other_rule_model(spec: str, rule: str, size: str, inputs: list, tried: list):
+    """``spec``'s model shrunk by ``rule``, called once; None where its config was ``tried``
+    already, it holds more than ``SHRINK_PARAMS`` parameters, or it fails too."""
+    from .build import parameter_count
+
+    try:
+        entry = census_entry(spec, rule)
+        if entry["config"] in tried:
+            return None
+        tried.append(entry["config"])
+        if parameter_count(entry, size) > SHRINK_PARAMS:
+            return None
+        return called_model(entry, size, inputs)
+    except Exception:
+        return None
 
 
 def unbuildable(params: dict[str, Any]):

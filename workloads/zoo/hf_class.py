@@ -117,6 +117,10 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
         side = getattr(vision, "image_size", None) or IMAGE_SIDE
         inputs.update(image=int(side[0] if isinstance(side, (list, tuple)) else side),
                       channels=int(getattr(vision, "num_channels", 3) or 3))
+        # A video model's config says how many frames a clip has: its pixel_values are 5-D.
+        frames = getattr(cfg, "num_frames", None) or getattr(vision, "num_frames", None)
+        if kind == "image" and isinstance(frames, int) and frames > 0:
+            inputs["video_frames"] = frames
     if kind == "mel":
         inputs.update(mel_bins=int(getattr(cfg, "num_mel_bins", 80)),
                       frames=2 * int(getattr(cfg, "max_source_positions", 1500)))
