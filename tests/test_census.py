@@ -43,19 +43,39 @@ def test_the_other_rules_keep_the_head_size_or_every_width_and_shrink_layers_and
                                          "text_config": {"model_type": "t", "num_hidden_layers": 2}}
     assert shrunk(defaults, "depth") == {"num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2,
                                          "text_config": {"model_type": "t", "num_hidden_layers": 2}}
+    # a per-layer list follows the layers (transformers' validators compare their lengths)
+    hybrid = {"model_type": "z", "num_hidden_layers": 4, "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"],
+              "time_step_limit": [0.0, 1.0]}
+    assert shrunk(hybrid) == {"num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"]}
 
 
-def test_a_census_model_whose_tiny_widths_break_it_is_shrunk_by_the_next_rule():
+def test_a_census_model_whose_tiny_config_breaks_it_is_shrunk_by_the_next_rule():
     # GPT-J's rotary_dim (64) is no field the tiny rule knows: at head size 16 its attention
-    # fails on a shape. Two heads of its own head size (256) run, and the model says so.
+    # fails on a shape. ESM-C's validator refuses the tiny config outright. Two heads of each
+    # one's own head size run, and the model says so.
     code = ("from workloads.zoo.census import census_model, census_workload\n"
             "from workloads import make_inputs\n"
-            "w = census_workload('hf:gptj')\nm = census_model('hf:gptj', 'small')\n"
-            "m(*make_inputs(w.input_specs('small')))\nprint(getattr(m, 'build_note', 'tiny'))")
+            "for spec in ('hf:gptj', 'hf:esmc'):\n"
+            "    w = census_workload(spec)\n    m = census_model(spec, 'small')\n"
+            "    m(*make_inputs(w.input_specs('small')))\n    print(getattr(m, 'build_note', 'tiny'))")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "shrunk by the 'heads' rule (at the tiny widths: RuntimeError" in proc.stdout
+    gptj, esmc = proc.stdout.splitlines()[-2:]
+    assert "shrunk by the 'heads' rule (by the 'tiny' rule: RuntimeError" in gptj
+    assert "shrunk by the 'heads' rule (transformers refused the tiny config)" in esmc
+
+
+@pytest.mark.unit
+def test_a_speech_model_is_fed_features_in_its_own_extractors_layout():
+    from workloads.zoo import input_specs
+
+    params = {"batch": 1, "kind": "mel", "mel_bins": 80, "frames": 3000}
+    assert [s.shape for s in input_specs(params)] == [(1, 80, 3000)]  # Whisper's bins, then frames
+    assert [s.shape for s in input_specs({**params, "features": [201, 80]})] == [(1, 201, 80)]  # Parakeet's
+    speech2text = {**params, "kind": "mel2text", "features": [201, 80], "decoder_seq": 8, "vocab": 100}
+    assert [(s.name, s.shape) for s in input_specs(speech2text)] == [("input_features", (1, 201, 80)),
+                                                                     ("decoder_input_ids", (1, 8))]
 
 
 @pytest.mark.unit

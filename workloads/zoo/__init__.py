@@ -22,7 +22,9 @@ from typing import Any, Mapping
 from ..base import TensorSpec, Workload, WorkloadError, lazy
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-KINDS = ("text", "text2text", "image", "mel", "waveform", "text_image")
+KINDS = ("text", "text2text", "image", "mel", "mel2text", "waveform", "waveform2text", "text_image")
+# Classes the zoo builds as their encoder alone (build.hf_model): fed no decoder input.
+ENCODER_ONLY = ("WhisperModel",)
 
 
 def guard_torchvision(torch_version: str) -> bool:
@@ -86,7 +88,7 @@ def sized_config(entry: Mapping[str, Any], size: str) -> dict[str, Any]:
 def call_text(entry: Mapping[str, Any]) -> str:
     """How the model is called, stated in the workload's description and in every table."""
     names = ", ".join(name for name, _ in input_names(entry["inputs"]["kind"]))
-    what = "encoder" if entry.get("class") == "WhisperModel" else entry.get("class") or entry.get("model")
+    what = "encoder" if entry.get("class") in ENCODER_ONLY else entry.get("class") or entry.get("model")
     extra = ", use_cache=False" if entry.get("family") in ("decoder", "encoder-decoder") else ""
     output = f".{entry['output']}" if entry.get("output") else ""
     if entry.get("output_class"):  # read from the class (hf_class): say where it came from
@@ -98,10 +100,12 @@ def input_names(kind: str) -> list[tuple[str, str]]:
     """(name, role) of each input the forward takes, in call order."""
     return {"text": [("input_ids", "ids"), ("attention_mask", "mask")],
             "text2text": [("input_ids", "ids"), ("attention_mask", "mask"), ("decoder_input_ids", "decoder_ids")],
+            "mel2text": [("input_features", "mel"), ("decoder_input_ids", "decoder_ids")],
             "image": [("pixel_values", "image")],
             "text_image": [("input_ids", "ids"), ("attention_mask", "mask"), ("pixel_values", "image")],
             "mel": [("input_features", "mel")],
-            "waveform": [("input_values", "waveform")]}[kind]
+            "waveform": [("input_values", "waveform")],
+            "waveform2text": [("input_values", "waveform"), ("decoder_input_ids", "decoder_ids")]}[kind]
 
 
 def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
@@ -112,7 +116,8 @@ def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
               "decoder_ids": ((b, params.get("decoder_seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
               "image": ((b, *([params["video_frames"]] if params.get("video_frames") else []), params.get("channels", 3),
                          params.get("image", 0), params.get("image", 0)), "float32", "randn"),
-              "mel": ((b, params.get("mel_bins", 0), params.get("frames", 0)), "float32", "randn"),
+              "mel": ((b, *(params.get("features") or (params.get("mel_bins", 0), params.get("frames", 0)))), "float32",
+                      "randn"),
               "waveform": ((b, params.get("samples", 0)), "float32", "randn")}
     specs = []
     for name, role in input_names(kind):
@@ -128,9 +133,9 @@ def size_params(entry: Mapping[str, Any], size: str, origin: str) -> dict[str, A
         raise WorkloadError(f"zoo entry {entry.get('name')!r}: inputs.kind must be one of {', '.join(KINDS)}")
     config = sized_config(entry, size)
     params: dict[str, Any] = {"origin": origin, "size": size, "batch": 1, **inputs}
-    if inputs["kind"] in ("text", "text2text", "text_image") and "vocab" not in inputs:
+    if inputs["kind"] in ("text", "text2text", "mel2text", "waveform2text", "text_image") and "vocab" not in inputs:
         params["vocab"] = int(config["vocab_size"])
-    if inputs["kind"] == "mel" and "mel_bins" not in inputs:
+    if inputs["kind"] in ("mel", "mel2text") and "mel_bins" not in inputs:
         params["mel_bins"] = int(config.get("num_mel_bins", 80))
     return params
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from . import import_torchvision, input_names, load_entry, offline_imports, sized_config
+from . import ENCODER_ONLY, import_torchvision, input_names, load_entry, offline_imports, sized_config
 from .onnx_file import REFERENCE, input_specs
 
 ATTENTION = "sdpa"  # transformers' default attention on CPU, named so every backend gets the same graph
@@ -112,7 +112,7 @@ def hf_model(entry: Mapping[str, Any], size: str) -> nn.Module:
         if attention == "eager" or "attention implementation" not in str(exc):
             raise
         model = cls._from_config(config, attn_implementation="eager")
-    return model.get_encoder() if entry["class"] == "WhisperModel" else model
+    return model.get_encoder() if entry["class"] in ENCODER_ONLY else model
 
 
 def timm_model(entry: Mapping[str, Any], size: str) -> nn.Module:

@@ -75,6 +75,8 @@ def shrunk(values: dict[str, Any], rule: str = "tiny") -> dict[str, Any]:
         elif key in DEPTH:
             if value > TINY[key]:
                 out[key] = TINY[key]
+                if key in LAYERS:  # a per-layer list (layer_types, layers_block_type) follows
+                    out.update({k: v[:TINY[key]] for k, v in values.items() if isinstance(v, list) and len(v) == value})
         elif rule == "tiny" and key in HEADS:
             out[key] = 4 if value >= 4 else 2 if value >= 2 else 1
         elif rule == "tiny" and key in TINY and value > TINY[key]:
@@ -133,15 +135,20 @@ def workload_name(spec: str) -> str:
     return {"hf": "hf_", "timm": "timm_", "torchvision": "tv_"}[kind] + re.sub(r"[^a-z0-9_]", "_", name.lower())
 
 
-def census_entry(spec: str, rule: str = "tiny") -> dict[str, Any]:
-    """The zoo entry for one census spec (``hf:TYPE``, ``timm:NAME``, ``torchvision:NAME``)."""
+def census_entry(spec: str, rule: str | None = None) -> dict[str, Any]:
+    """The zoo entry for one census spec (``hf:TYPE``, ``timm:NAME``, ``torchvision:NAME``);
+    a transformers one shrunk by ``rule``, or by the first of ``RULES`` whose config
+    transformers accepts (its validators: heads that divide the width, say), named in the
+    entry's ``rule``."""
     from .intake import config_entry, spec_entry
 
     kind, _, name = spec.partition(":")
     if kind != "hf":
         entry = spec_entry(spec)
+    elif rule:
+        entry = {**config_entry(f"hf:{name}", tiny_config(name, rule), None), "rule": rule}
     else:
-        entry = config_entry(f"hf:{name}", tiny_config(name, rule), None)
+        entry = first_accepted(spec, name)
         if "seq" in entry["inputs"]:
             entry["inputs"] = {**entry["inputs"], "seq": min(CENSUS_SEQ, entry["inputs"]["seq"])}
     return {**entry, "name": workload_name(spec), "census": spec}
@@ -174,6 +181,32 @@ def build_census(params: dict[str, Any]):
     return census_model(params["origin"].removeprefix(PREFIX), params["size"])
 
 
+def first_accepted(spec: str, name: str) -> dict[str, Any]:
+    """The entry of the first rule whose config transformers accepts and, past the first, whose
+    model holds at most ``SHRINK_PARAMS`` parameters; the first rule's error where none does."""
+    from .build import parameter_count
+    from .intake import config_entry
+
+    refused: WorkloadError | None = None
+    others = []
+    for rule in RULES:
+        try:
+            entry = {**config_entry(f"hf:{name}", tiny_config(name, rule), None), "rule": rule}
+        except WorkloadError as exc:
+            if "cannot build this config" not in str(exc):
+                raise
+            refused = refused or exc
+            others.append(f"{rule}: refused")
+            continue
+        count = 0 if rule == RULES[0] else parameter_count(entry, "small")
+        if count <= SHRINK_PARAMS:
+            return entry
+        others.append(f"{rule}: {count / 1e6:.0f} M parameters")
+    assert refused is not None  # the first rule was refused, or it would have been returned
+    raise WorkloadError(f"no shrink rule gives a model ({'; '.join(others)}): {str(refused).splitlines()[0]}") \
+        from refused
+
+
 def census_model(spec: str, size: str):
     """The census model of ``spec``, built in the worker. A transformers model is built by
     each shrink rule in turn (``RULES``) and called once on the workload's inputs (which no
@@ -189,16 +222,19 @@ def census_model(spec: str, size: str):
         return entry_model(entry, size)
     inputs = make_inputs(entry_workload(entry, PREFIX + spec).input_specs(size))
     try:
-        return called_model(entry, size, inputs)
-    except Exception as tiny:
-        first = f"{type(tiny).__name__}: {str(tiny).splitlines()[0][:120] if str(tiny) else ''}"
+        model = called_model(entry, size, inputs)
+    except Exception as first_error:
+        first = f"{type(first_error).__name__}: {str(first_error).splitlines()[0][:120] if str(first_error) else ''}"
         tried = [entry["config"]]
-        for rule in RULES[1:]:
+        for rule in RULES[RULES.index(entry["rule"]) + 1:]:
             model = other_rule_model(spec, rule, size, inputs, tried)
             if model is not None:
-                model.build_note = f"census: shrunk by the {rule!r} rule (at the tiny widths: {first})"
+                model.build_note = f"census: shrunk by the {rule!r} rule (by the {entry['rule']!r} rule: {first})"
                 return model
         raise
+    if entry["rule"] != RULES[0]:
+        model.build_note = f"census: shrunk by the {entry['rule']!r} rule (transformers refused the tiny config)"
+    return model
 
 
 def called_model(entry: dict[str, Any], size: str, inputs: list):

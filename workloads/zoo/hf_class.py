@@ -98,19 +98,22 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
     if kind is None:
         raise WorkloadError(f"--model {spec}: {cls.__name__} takes {main!r} first; dlcompare feeds input_ids, "
                             f"pixel_values, input_features or input_values")
+    from . import ENCODER_ONLY
+
     accepted = inspect.signature(cls.forward).parameters
-    if kind == "text" and getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in accepted:
-        kind = "text2text"
+    if kind in ("text", "mel", "waveform") and getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in accepted \
+            and cls.__name__ not in ENCODER_ONLY:
+        kind = kind + "2text"  # a speech-to-text model's decoder is given its first tokens too
     if kind == "text" and "pixel_values" in accepted and getattr(cfg, "vision_config", None) is not None:
         kind = "text_image"
     inputs: dict[str, Any] = {"kind": kind, "main_input_name": main}
-    if kind in ("text", "text2text", "text_image"):
+    if kind in ("text", "text2text", "mel2text", "waveform2text", "text_image"):
         vocab = getattr(cfg.get_text_config(), "vocab_size", None) or getattr(cfg, "vocab_size", None)
         if not vocab:
             raise WorkloadError(f"--model {spec}: the config has no vocab_size for {main!r}")
         positions = getattr(cfg.get_text_config(), "max_position_embeddings", None) or TEXT_SEQ
         inputs.update(seq=min(TEXT_SEQ, int(positions)), vocab=int(vocab))
-        if kind == "text2text":
+        if kind.endswith("2text"):
             inputs["decoder_seq"] = DECODER_SEQ
     if kind in ("image", "text_image"):
         vision = sub_config(cfg, "vision_config")
@@ -121,18 +124,46 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
         frames = getattr(cfg, "num_frames", None) or getattr(vision, "num_frames", None)
         if kind == "image" and isinstance(frames, int) and frames > 0:
             inputs["video_frames"] = frames
-    if kind == "mel":
+    if kind in ("mel", "mel2text"):
         inputs.update(mel_bins=int(getattr(cfg, "num_mel_bins", 80)),
                       frames=2 * int(getattr(cfg, "max_source_positions", 1500)))
-    if kind == "waveform":
+        features = feature_shape(cfg)
+        if features:
+            inputs["features"] = features
+    if kind in ("waveform", "waveform2text"):
         inputs["samples"] = WAVEFORM_SAMPLES
     return inputs
+
+
+FEATURE_AUDIO_S = 2.0  # seconds of silence the feature extractor is asked to describe
+
+
+def feature_shape(cfg) -> list[int] | None:
+    """The ``input_features`` shape, less the batch, that the model type's own feature
+    extractor makes of ``FEATURE_AUDIO_S`` of audio: which axis holds the mel bins differs
+    (Whisper: bins then frames; Parakeet, Speech2Text: frames then bins). None where
+    transformers names no extractor or it cannot run here (one needs torchaudio)."""
+    import numpy as np
+    from transformers.models.auto import feature_extraction_auto
+
+    transformers = transformers_module()
+    name = feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES.get(getattr(cfg, "model_type", ""))
+    try:
+        extractor = getattr(transformers, name)()
+        rate = int(getattr(extractor, "sampling_rate", 16000))
+        with np.errstate(all="ignore"):
+            out = extractor(np.zeros(int(rate * FEATURE_AUDIO_S), dtype=np.float32), sampling_rate=rate,
+                            return_tensors="pt")
+        shape = list(out["input_features"].shape)
+    except Exception:  # noqa: BLE001 - any extractor that cannot run leaves the default layout
+        return None
+    return shape[1:] if len(shape) == 3 else None
 
 
 def family_of(cls: type, kind: str) -> str:
     if kind in ("image",):
         return "vision"
-    if kind in ("mel", "waveform"):
+    if kind in ("mel", "mel2text", "waveform", "waveform2text"):
         return "speech"
     if kind == "text_image":
         return "multimodal"
