@@ -70,24 +70,26 @@ def shrunk(values: dict[str, Any], rule: str = "tiny") -> dict[str, Any]:
             sub = shrunk(value, rule)
             if sub:
                 out[key] = {"model_type": value["model_type"], **sub}
-        elif not _int(value):
-            continue
-        elif key in DEPTH:
-            if value > TINY[key]:
-                out[key] = TINY[key]
-                if key in LAYERS:  # a per-layer list (layer_types, layers_block_type) follows
-                    out.update({k: v[:TINY[key]] for k, v in values.items() if isinstance(v, list) and len(v) == value})
-        elif rule == "tiny" and key in HEADS:
-            out[key] = 4 if value >= 4 else 2 if value >= 2 else 1
-        elif rule == "tiny" and key in TINY and value > TINY[key]:
-            out[key] = TINY[key]
-        elif head and key in (*HEADS, "num_key_value_heads"):
-            out[key] = min(value, 2)
-        elif head and key in WIDTHS:
-            out[key] = min(value, 2 * head)
-        elif head and key in FFN:
-            out[key] = min(value, 8 * head)
+        elif _int(value) and (small := shrunk_field(key, value, rule, head)) is not None and small != value:
+            out[key] = small
+            if key in LAYERS:  # a per-layer list (layer_types, layers_block_type) follows
+                out.update({k: v[:small] for k, v in values.items() if isinstance(v, list) and len(v) == value})
     return out
+
+
+def shrunk_field(key: str, value: int, rule: str, head: int | None) -> int | None:
+    """One integer field's value under ``rule`` (``shrunk``); None: left as it is."""
+    if key in DEPTH or (rule == "tiny" and key in TINY):
+        return min(value, TINY[key])
+    if rule == "tiny" and key in HEADS:
+        return 4 if value >= 4 else 2 if value >= 2 else 1
+    if head and key in (*HEADS, "num_key_value_heads"):
+        return min(value, 2)
+    if head and key in WIDTHS:
+        return min(value, 2 * head)
+    if head and key in FFN:
+        return min(value, 8 * head)
+    return None
 
 
 def transformers_types() -> list[str]:
