@@ -93,6 +93,7 @@ def test_a_backend_that_slows_the_eager_in_its_process_does_not_move_its_speedup
     assert abs(mover["speedup"] / quiet["speedup"] - 1) < 0.15
 
 
+@pytest.mark.slow  # 21 s on 2 cores, and the default suite is at its 15 minutes; CI runs it in the slow tier
 def test_a_cell_whose_interval_stays_wide_gets_more_processes_up_to_the_maximum(tmp_path):
     # Issue 56: stop sampling a cell when its interval is narrow enough. The jitter backend
     # runs at half speed in every second process that compiles it, so after --processes 2
