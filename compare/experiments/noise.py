@@ -89,10 +89,21 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": med, "p5": float(p5 / med - 1), "p95": float(p95 / med - 1)}
 
 
+def busy_cpu_s() -> float:
+    """CPU seconds every process on the machine has used so far (all but idle and iowait)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
 def machine_probe(seconds: float) -> dict[str, object]:
     """The machine's noise as the run's header shows it: windows of ``WINDOW_S`` taking
     turns between a fixed compute loop (ns per element, single-threaded, cache-resident)
-    and a memory copy (GB/s, read + write, beyond the caches), for ``seconds`` in all."""
+    and a memory copy (GB/s, read + write, beyond the caches), for ``seconds`` in all; and
+    how many cores other processes kept busy meanwhile (``other_cores``: the machine's busy
+    CPU seconds less the probe's own, over the wall time)."""
+    busy0, own0 = busy_cpu_s(), time.process_time()
     a = np.linspace(0.0, 1.0, 4096, dtype=np.float32)
     b = np.zeros_like(a)
     src, dst = np.ones(COPY_BYTES // 8), np.empty(COPY_BYTES // 8)
@@ -106,7 +117,9 @@ def machine_probe(seconds: float) -> dict[str, object]:
             reps += 1
         copy.append(2 * COPY_BYTES * reps / (time.perf_counter() - start) / 1e9)
     corr = [_correlation_s(series, 2 * WINDOW_S) for series in (compute, copy)]
-    return {"seconds": time.perf_counter() - t0, "window_s": WINDOW_S, "windows": len(compute) + len(copy),
+    wall = time.perf_counter() - t0
+    others = max(0.0, (busy_cpu_s() - busy0) - (time.process_time() - own0)) / wall
+    return {"seconds": wall, "window_s": WINDOW_S, "windows": len(compute) + len(copy), "other_cores": others,
             "compute_ns_per_element": _spread(compute), "copy_gb_s": _spread(copy),
             "correlation_s": max(c for c, _ in corr), "correlation_is_lower_bound": any(bound for _, bound in corr)}
 

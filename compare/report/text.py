@@ -373,7 +373,23 @@ def noise_line(results: RunResults) -> str | None:
     if "correlation_s" in before:
         bound = "at least " if before.get("correlation_is_lower_bound") else ""
         text += f"; correlation time {bound}{before['correlation_s']:.1f} s (the bootstrap's block length)"
-    return text + "."
+    return text + "." + busy_text(results, [p for p in (before, after) if isinstance(p, dict)])
+
+
+# Other processes' cores during a probe beyond which the run was not on a quiet machine: with
+# every core taken, a 2-thread OpenMP region waits for its descheduled thread (eager on mlp
+# small read 0.059 or 2.6 ms a call, process by process; docs/method.md).
+BUSY_CORES = 0.25
+
+
+def busy_text(results: RunResults, probes: list[dict]) -> str:
+    """A warning where other processes kept the machine busy during a probe."""
+    others = [p["other_cores"] for p in probes if isinstance(p.get("other_cores"), (int, float))]
+    if not others or max(others) < BUSY_CORES:
+        return ""
+    return (f" **Not a quiet machine:** other processes kept {max(others):.1f} of {results.environment.get('cores', '?')} "
+            f"cores busy during a probe; a multi-threaded call can then wait for a descheduled thread, and every "
+            f"figure may be off by far more than its interval.")
 
 
 def reference_line(results: RunResults) -> str | None:
