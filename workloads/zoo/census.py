@@ -57,22 +57,23 @@ def head_size(values: dict[str, Any]) -> int | None:
     return width // heads if width and heads else None
 
 
-def shrunk(values: dict[str, Any], rule: str = "tiny") -> dict[str, Any]:
+def shrunk(values: dict[str, Any], rule: str = "tiny", cut_lists: bool = False) -> dict[str, Any]:
     """The overrides that shrink a config by ``rule`` (``RULES``), each sub-config likewise.
     Every rule: at most 2 layers, 4 experts, top-2. ``tiny``: each size field at most its
     tiny value, heads a divisor of the width (4, 2 or 1). ``heads``: 2 heads (and key/value
     heads) of the config's own head size, the width 2 heads, the FFN 8 heads. ``depth``: the
-    widths as they are."""
+    widths as they are. ``cut_lists``: a list as long as the layers (``layers_block_type``) is
+    cut to match, for a config that does not derive it from the layer count itself."""
     out: dict[str, Any] = {}
     head = head_size(values) if rule == "heads" else None
     for key, value in values.items():
         if isinstance(value, dict) and "model_type" in value:
-            sub = shrunk(value, rule)
+            sub = shrunk(value, rule, cut_lists)
             if sub:
                 out[key] = {"model_type": value["model_type"], **sub}
         elif _int(value) and (small := shrunk_field(key, value, rule, head)) is not None and small != value:
             out[key] = small
-            if key in LAYERS:  # a per-layer list (layer_types, layers_block_type) follows
+            if key in LAYERS and cut_lists:
                 out.update({k: v[:small] for k, v in values.items() if isinstance(v, list) and len(v) == value})
     return out
 
@@ -99,14 +100,14 @@ def transformers_types() -> list[str]:
     return sorted(t for t in configuration_auto.CONFIG_MAPPING_NAMES if t in modeling_auto.MODEL_MAPPING_NAMES)
 
 
-def tiny_config(model_type: str, rule: str = "tiny") -> dict[str, Any]:
+def tiny_config(model_type: str, rule: str = "tiny", cut_lists: bool = False) -> dict[str, Any]:
     """``model_type``'s default config as overrides that shrink it by ``rule`` (a JSON config)."""
     from .hf_class import quiet_imports, transformers_module
 
     transformers = transformers_module()
     with quiet_imports():
         defaults = transformers.AutoConfig.for_model(model_type).to_dict()
-    return {"model_type": model_type, **shrunk(defaults, rule)}
+    return {"model_type": model_type, **shrunk(defaults, rule, cut_lists)}
 
 
 def vision_names() -> list[str]:
@@ -142,18 +143,30 @@ def census_entry(spec: str, rule: str | None = None) -> dict[str, Any]:
     a transformers one shrunk by ``rule``, or by the first of ``RULES`` whose config
     transformers accepts (its validators: heads that divide the width, say), named in the
     entry's ``rule``."""
-    from .intake import config_entry, spec_entry
+    from .intake import spec_entry
 
     kind, _, name = spec.partition(":")
-    if kind != "hf":
-        entry = spec_entry(spec)
-    elif rule:
-        entry = {**config_entry(f"hf:{name}", tiny_config(name, rule), None), "rule": rule}
-    else:
-        entry = first_accepted(spec, name)
-        if "seq" in entry["inputs"]:
-            entry["inputs"] = {**entry["inputs"], "seq": min(CENSUS_SEQ, entry["inputs"]["seq"])}
+    entry = spec_entry(spec) if kind != "hf" else rule_entry(name, rule) if rule else first_accepted(spec, name)
+    if "seq" in entry["inputs"]:
+        entry["inputs"] = {**entry["inputs"], "seq": min(CENSUS_SEQ, entry["inputs"]["seq"])}
     return {**entry, "name": workload_name(spec), "census": spec}
+
+
+def rule_entry(name: str, rule: str) -> dict[str, Any]:
+    """The entry of ``name`` shrunk by ``rule``: its per-layer lists left for the config to
+    derive (NeoMMe's ``layer_types`` must keep a full-attention layer), else, where the config
+    is refused so, cut with the layers (Zamba's ``layers_block_type``)."""
+    from .intake import config_entry
+
+    try:
+        return {**config_entry(f"hf:{name}", tiny_config(name, rule), None), "rule": rule}
+    except WorkloadError as refused:
+        if "cannot build this config" not in str(refused):
+            raise
+        try:
+            return {**config_entry(f"hf:{name}", tiny_config(name, rule, cut_lists=True), None), "rule": rule}
+        except WorkloadError:
+            raise refused from None
 
 
 @functools.lru_cache(maxsize=None)  # the parent resolves the run's workloads twice (config, runner)
@@ -187,13 +200,12 @@ def first_accepted(spec: str, name: str) -> dict[str, Any]:
     """The entry of the first rule whose config transformers accepts and, past the first, whose
     model holds at most ``SHRINK_PARAMS`` parameters; the first rule's error where none does."""
     from .build import parameter_count
-    from .intake import config_entry
 
     refused: WorkloadError | None = None
     others = []
     for rule in RULES:
         try:
-            entry = {**config_entry(f"hf:{name}", tiny_config(name, rule), None), "rule": rule}
+            entry = rule_entry(name, rule)
         except WorkloadError as exc:
             if "cannot build this config" not in str(exc):
                 raise
