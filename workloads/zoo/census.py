@@ -102,12 +102,17 @@ def transformers_types() -> list[str]:
 
 def tiny_config(model_type: str, rule: str = "tiny", cut_lists: bool = False) -> dict[str, Any]:
     """``model_type``'s default config as overrides that shrink it by ``rule`` (a JSON config)."""
+    return {"model_type": model_type, **shrunk(default_config(model_type), rule, cut_lists)}
+
+
+@functools.lru_cache(maxsize=None)  # a type's rules (and their cut variants) all start from it
+def default_config(model_type: str) -> dict[str, Any]:
+    """transformers' default config of ``model_type``, as a dict (read, never changed)."""
     from .hf_class import quiet_imports, transformers_module
 
     transformers = transformers_module()
     with quiet_imports():
-        defaults = transformers.AutoConfig.for_model(model_type).to_dict()
-    return {"model_type": model_type, **shrunk(defaults, rule, cut_lists)}
+        return transformers.AutoConfig.for_model(model_type).to_dict()
 
 
 def vision_names() -> list[str]:
@@ -146,7 +151,7 @@ def census_entry(spec: str, rule: str | None = None) -> dict[str, Any]:
     from .intake import spec_entry
 
     kind, _, name = spec.partition(":")
-    entry = spec_entry(spec) if kind != "hf" else rule_entry(name, rule) if rule else first_accepted(spec, name)
+    entry = spec_entry(spec) if kind != "hf" else rule_entry(name, rule) if rule else first_accepted(name)
     if "seq" in entry["inputs"]:
         entry["inputs"] = {**entry["inputs"], "seq": min(CENSUS_SEQ, entry["inputs"]["seq"])}
     return {**entry, "name": workload_name(spec), "census": spec}
@@ -196,7 +201,7 @@ def build_census(params: dict[str, Any]):
     return census_model(params["origin"].removeprefix(PREFIX), params["size"])
 
 
-def first_accepted(spec: str, name: str) -> dict[str, Any]:
+def first_accepted(name: str) -> dict[str, Any]:
     """The entry of the first rule whose config transformers accepts and, past the first, whose
     model holds at most ``SHRINK_PARAMS`` parameters; the first rule's error where none does."""
     from .build import parameter_count
