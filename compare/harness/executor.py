@@ -162,10 +162,10 @@ class LocalExecutor(Executor):
             self.hooks.record(cell)
 
     def still_wide(self, state: GroupRounds) -> list[str]:
-        """The group's cells whose speedup interval, from the processes so far, is wider than
-        the noisy mark (``NOISY_REL_HALF_WIDTH`` of the speedup) and that have fewer than
+        """The group's cells whose speedup interval, from the processes so far, is noisy (its
+        half-width beyond ``NOISY_REL_HALF_WIDTH`` of the speedup) and that have fewer than
         ``max_processes`` processes: the cells another pass is for."""
-        from compare.results.derived import NOISY_REL_HALF_WIDTH, fill_speedup
+        from compare.results.derived import fill_speedup
 
         cells = {c.backend: c for c in self._cells(state, final=True)}
         reference = next((c for c in cells.values() if c.is_reference), None)
@@ -174,8 +174,7 @@ class LocalExecutor(Executor):
             if cell.is_reference or cell.status != "ok" or len(state.runs[backend]) >= (self.config.max_processes or 0):
                 continue
             fill_speedup(cell, None, reference)
-            if cell.speedup_ci and cell.speedup and \
-                    (cell.speedup_ci[1] - cell.speedup_ci[0]) / 2 > NOISY_REL_HALF_WIDTH * cell.speedup:
+            if cell.noisy:  # its interval's half-width beyond NOISY_REL_HALF_WIDTH of the speedup
                 wide.append(backend)
         return wide
 

@@ -108,6 +108,11 @@ def input_names(kind: str) -> list[tuple[str, str]]:
             "waveform2text": [("input_values", "waveform"), ("decoder_input_ids", "decoder_ids")]}[kind]
 
 
+def roles(kind: str) -> set[str]:
+    """What a kind's inputs are (``ids``, ``image``, ``mel``...): which sizes it needs."""
+    return {role for _, role in input_names(kind)}
+
+
 def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
     """The seeded inputs at one size: token ids below the vocabulary, an all-ones mask."""
     b, kind = params["batch"], params["kind"]
@@ -133,9 +138,10 @@ def size_params(entry: Mapping[str, Any], size: str, origin: str) -> dict[str, A
         raise WorkloadError(f"zoo entry {entry.get('name')!r}: inputs.kind must be one of {', '.join(KINDS)}")
     config = sized_config(entry, size)
     params: dict[str, Any] = {"origin": origin, "size": size, "batch": 1, **inputs}
-    if inputs["kind"] in ("text", "text2text", "mel2text", "waveform2text", "text_image") and "vocab" not in inputs:
+    taken = roles(inputs["kind"])
+    if taken & {"ids", "decoder_ids"} and "vocab" not in inputs:
         params["vocab"] = int(config["vocab_size"])
-    if inputs["kind"] in ("mel", "mel2text") and "mel_bins" not in inputs:
+    if "mel" in taken and "mel_bins" not in inputs:
         params["mel_bins"] = int(config.get("num_mel_bins", 80))
     return params
 

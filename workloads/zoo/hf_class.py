@@ -98,7 +98,7 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
     if kind is None:
         raise WorkloadError(f"--model {spec}: {cls.__name__} takes {main!r} first; dlcompare feeds input_ids, "
                             f"pixel_values, input_features or input_values")
-    from . import ENCODER_ONLY
+    from . import ENCODER_ONLY, roles
 
     accepted = inspect.signature(cls.forward).parameters
     if kind in ("text", "mel", "waveform") and getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in accepted \
@@ -107,15 +107,16 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
     if kind == "text" and "pixel_values" in accepted and getattr(cfg, "vision_config", None) is not None:
         kind = "text_image"
     inputs: dict[str, Any] = {"kind": kind, "main_input_name": main}
-    if kind in ("text", "text2text", "mel2text", "waveform2text", "text_image"):
+    taken = roles(kind)
+    if taken & {"ids", "decoder_ids"}:
         vocab = getattr(cfg.get_text_config(), "vocab_size", None) or getattr(cfg, "vocab_size", None)
         if not vocab:
             raise WorkloadError(f"--model {spec}: the config has no vocab_size for {main!r}")
         positions = getattr(cfg.get_text_config(), "max_position_embeddings", None) or TEXT_SEQ
         inputs.update(seq=min(TEXT_SEQ, int(positions)), vocab=int(vocab))
-        if kind.endswith("2text"):
+        if "decoder_ids" in taken:
             inputs["decoder_seq"] = DECODER_SEQ
-    if kind in ("image", "text_image"):
+    if "image" in taken:
         vision = sub_config(cfg, "vision_config")
         side = getattr(vision, "image_size", None) or IMAGE_SIDE
         inputs.update(image=int(side[0] if isinstance(side, (list, tuple)) else side),
@@ -124,13 +125,13 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
         frames = getattr(cfg, "num_frames", None) or getattr(vision, "num_frames", None)
         if kind == "image" and isinstance(frames, int) and frames > 0:
             inputs["video_frames"] = frames
-    if kind in ("mel", "mel2text"):
+    if "mel" in taken:
         inputs.update(mel_bins=int(getattr(cfg, "num_mel_bins", 80)),
                       frames=2 * int(getattr(cfg, "max_source_positions", 1500)))
         features = feature_shape(cfg)
         if features:
             inputs["features"] = features
-    if kind in ("waveform", "waveform2text"):
+    if "waveform" in taken:
         inputs["samples"] = WAVEFORM_SAMPLES
     return inputs
 
@@ -161,9 +162,11 @@ def feature_shape(cfg) -> list[int] | None:
 
 
 def family_of(cls: type, kind: str) -> str:
+    from . import roles
+
     if kind in ("image",):
         return "vision"
-    if kind in ("mel", "mel2text", "waveform", "waveform2text"):
+    if roles(kind) & {"mel", "waveform"}:
         return "speech"
     if kind == "text_image":
         return "multimodal"
