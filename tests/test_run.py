@@ -127,6 +127,10 @@ def test_processes_pool_pairs_from_fresh_workers(tmp_path):
         assert len(cell["process_samples"]) == expected and len(cell["processes"]) == expected
         assert sum(cell["process_samples"]) == cell["latency"]["n"] == cell["eager_latency"]["n"]
         assert all(p["latency_median_ms"] > 0 for p in cell["processes"])
+        for p in cell["processes"]:  # where each process's wall went, by the parent's clock
+            assert {"start", "setup", "timing", "after timing"} <= set(p["phase_s"])
+            assert sum(p["phase_s"].values()) == pytest.approx(p["wall_s"], abs=0.5)
+    assert "waiting to compile" in cells["ort"]["processes"][1]["phase_s"]  # a warm pass: imports at once
     lo, hi = cells["ort"]["speedup_ci"]
     assert lo <= cells["ort"]["speedup"] <= hi
 

@@ -76,7 +76,7 @@ def process_summary(run: CellMeasurement, stretch: str | None = None) -> dict[st
     return {"latency_median_ms": _median(run.latency), "eager_median_ms": _median(run.eager_latency),
             "pairs": run.latency.n if run.latency else None, "round_s": run.round_s, "compile_s": run.compile_s,
             "cache": run.cache, "compile_phases": run.compile_phases, "wall_s": run.wall_s,
-            "started_at": run.started_at, "numerics_ok": run.numerics_ok,
+            "started_at": run.started_at, "phase_s": run.phase_s, "numerics_ok": run.numerics_ok,
             **({"stretch": stretch} if stretch is not None else {})}
 
 

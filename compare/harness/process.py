@@ -37,12 +37,14 @@ class WorkerProcess:
         self.keep_work_dir = keep_work_dir
         self.events: queue.Queue = queue.Queue()  # every non-phase event, then None at EOF
         self.last_phase = "start"
+        self.phase_s: dict[str, float] = {}  # seconds spent in each phase so far (the clock below)
+        self._phase_mark = 0.0
         self.timed_out_after: float | None = None
         spec_path = self.work_dir / "spec.json"
         spec_path.write_text(self.spec.to_json())
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "a")
-        self.start = time.perf_counter()
+        self.start = self._phase_mark = time.perf_counter()
         self.started_at = time.time()  # wall clock: when in the run this process sampled
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "compare.worker", str(spec_path), str(self.result_path)],
@@ -64,12 +66,19 @@ class WorkerProcess:
                     self._log.flush()
                     continue
                 if "phase" in event:
+                    self._clock_phase()
                     self.last_phase = event["phase"]
                     self._tell_phase(event["phase"])
                 else:
                     self.events.put(event)
         finally:
             self.events.put(None)  # whatever happened, whoever waits learns that the worker ended
+
+    def _clock_phase(self) -> None:
+        """Add the seconds since the last phase event to the phase that was running."""
+        now = time.perf_counter()
+        self.phase_s[self.last_phase] = self.phase_s.get(self.last_phase, 0.0) + now - self._phase_mark
+        self._phase_mark = now
 
     def _tell_phase(self, phase: str) -> None:
         if self.on_phase:
@@ -115,8 +124,9 @@ class WorkerProcess:
         self._log.close()
         cell = _collect(self.proc.returncode, self.timed_out_after, self.result_path, self.log_path,
                         self.last_phase)
-        cell = dataclasses.replace(cell, wall_s=time.perf_counter() - self.start,
-                                   workload_key=self.spec.workload_key, started_at=self.started_at)
+        self._clock_phase()
+        cell = dataclasses.replace(cell, wall_s=time.perf_counter() - self.start, workload_key=self.spec.workload_key,
+                                   started_at=self.started_at, phase_s={k: round(v, 3) for k, v in self.phase_s.items()})
         if not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
         return cell

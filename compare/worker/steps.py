@@ -643,6 +643,7 @@ def await_compile() -> None:
     processes of a warm round import at the same time and compile one at a time, so their
     warm starts are timed on a quiet machine (protocol.compile_command)."""
     emit(imported=True)
+    emit(phase="waiting to compile")
     line = sys.stdin.readline()
     if not line or not json.loads(line).get("compile"):
         raise RuntimeError("the parent ended the worker before it compiled")
@@ -809,6 +810,7 @@ def time_cell(compiled, prepared, outputs: list, setup: CellSetup, spec: CellSpe
     Returns (the measurement's fields, the entries of its ``info``)."""
     emit(phase="timing")
     timed = time_against_eager(compiled, prepared, setup, spec)
+    emit(phase="after timing")
     batch = setup.workload.batch_of(spec.size) if spec.batch is None else spec.batch
     scenario_info = scenario(spec.scenario).cell_info(timed.pop("scenario_sides"), batch)
     scenario_figures = scenario(spec.scenario).after_timing(compiled, prepared, setup, spec, timed, emit)
