@@ -94,3 +94,22 @@ def test_the_shipped_reference_run_loads():
     assert REFERENCE_FILE.exists()
     reference = reference_walls()
     assert reference is not None and reference.walls and reference.source.startswith("docs/results/")
+
+
+@pytest.mark.unit
+def test_the_workers_of_a_stretch_share_its_span_by_their_own_seconds():
+    """Each worker's wall spans its whole interleaved stretch: summed, the walls counted the
+    stretch once per worker (the main job's 32 min read 3 h 35 min in the next estimate)."""
+    from compare.harness.pooling import stretch_shares
+    from compare.measure.latency import LatencyStats
+    from compare.results.protocol import CellMeasurement
+
+    latency = LatencyStats.from_ms([1.0] * 10, 1)  # 10 rounds of 1 s each: its own sampling
+    runs = [CellMeasurement(status="ok", started_at=0.0, wall_s=100.0, round_s=1.0, latency=latency,
+                            phase_s={"start": 10.0, "waiting to compile": waited, "compile": compiled,
+                                     "timing": 100.0 - 10.0 - waited - compiled})
+            for waited, compiled in ((0.0, 30.0), (30.0, 20.0), (50.0, 40.0))]
+    shared = stretch_shares([*runs, None])
+    assert shared[3] is None
+    own = [10 + 30 + 10, 10 + 20 + 10, 10 + 40 + 10]  # start + compile + its own sampling
+    assert [r.share_s for r in shared[:3]] == pytest.approx([100.0 * o / sum(own) for o in own], abs=1e-3)

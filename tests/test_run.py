@@ -130,6 +130,7 @@ def test_processes_pool_pairs_from_fresh_workers(tmp_path):
         for p in cell["processes"]:  # where each process's wall went, by the parent's clock
             assert {"start", "setup", "timing", "after timing"} <= set(p["phase_s"])
             assert sum(p["phase_s"].values()) == pytest.approx(p["wall_s"], abs=0.5)
+            assert 0 < p["share_s"] < p["wall_s"]  # its share of the stretch it took turns in
     assert "waiting to compile" in cells["ort"]["processes"][1]["phase_s"]  # a warm pass: imports at once
     lo, hi = cells["ort"]["speedup_ci"]
     assert lo <= cells["ort"]["speedup"] <= hi

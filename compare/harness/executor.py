@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from compare.harness.cells import CellSpecs
 from compare.harness.interleave import run_interleaved
-from compare.harness.pooling import ProcessPlan, cell_store, pool_processes, run_processes
+from compare.harness.pooling import ProcessPlan, cell_store, pool_processes, run_processes, stretch_shares
 from compare.harness.process import WorkerProcess, execute_worker, kill_group
 from compare.results.protocol import CellMeasurement, CellSpec, DynamicSpec
 from compare.results.schema import Cell, variant_label
@@ -241,9 +241,9 @@ class LocalExecutor(Executor):
             members = ref_members + chunk
             deferred: list[int] = []
             starts = [self._starter(specs[b], group, b, index, state.announced) for b in members]
-            ended = run_interleaved(starts, members, reference, self.config.timeout_s, max_rounds,
-                                    on_worker=self._set_worker, concurrent_imports=index > 0,
-                                    room=memory_room if index == 0 else None, deferred=deferred)
+            ended = stretch_shares(run_interleaved(starts, members, reference, self.config.timeout_s, max_rounds,
+                                                   on_worker=self._set_worker, concurrent_imports=index > 0,
+                                                   room=memory_room if index == 0 else None, deferred=deferred))
             left = [members[i] for i in deferred if members[i] != reference]
             if left:
                 chunks.insert(0, left)

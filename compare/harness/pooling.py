@@ -76,8 +76,32 @@ def process_summary(run: CellMeasurement, stretch: str | None = None) -> dict[st
     return {"latency_median_ms": _median(run.latency), "eager_median_ms": _median(run.eager_latency),
             "pairs": run.latency.n if run.latency else None, "round_s": run.round_s, "compile_s": run.compile_s,
             "cache": run.cache, "compile_phases": run.compile_phases, "wall_s": run.wall_s,
-            "started_at": run.started_at, "phase_s": run.phase_s, "numerics_ok": run.numerics_ok,
+            "started_at": run.started_at, "phase_s": run.phase_s, "share_s": run.share_s, "numerics_ok": run.numerics_ok,
             **({"stretch": stretch} if stretch is not None else {})}
+
+
+def own_seconds(run: CellMeasurement) -> float:
+    """A process's own seconds: its wall less the turns it waited for the other workers of its
+    stretch (to compile, and in its timing phase beyond its own sampling)."""
+    phases = run.phase_s or {}
+    sampled = (run.round_s or 0.0) * (run.latency.n if run.latency else 0)
+    return max((run.wall_s or 0.0) - phases.get("waiting to compile", 0.0) - phases.get("timing", 0.0) + sampled, 0.0)
+
+
+def stretch_shares(runs: list[CellMeasurement | None]) -> list[CellMeasurement | None]:
+    """The processes of one interleaved stretch, each with its share of the stretch's span
+    (first spawn to last exit) in proportion to its own seconds. Each process's wall spans
+    the whole stretch, so a cell's summed walls counted it once per worker (the README's main
+    job, 32 min, read 3 h 35 min in the next run's estimate); the shares sum to the span."""
+    made = [r for r in runs if r is not None and r.started_at is not None and r.wall_s]
+    if not made:
+        return runs
+    starts = [float(r.started_at or 0.0) for r in made]
+    span = max(start + float(r.wall_s or 0.0) for start, r in zip(starts, made)) - min(starts)
+    own = {id(r): own_seconds(r) for r in made}
+    total = sum(own.values()) or float(len(made))
+    return [r if r is None or id(r) not in own else
+            dataclasses.replace(r, share_s=round(span * (own[id(r)] or total / len(made)) / total, 3)) for r in runs]
 
 
 def warm_start(runs: list[CellMeasurement]) -> dict[str, Any]:

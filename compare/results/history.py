@@ -68,7 +68,7 @@ def record_run(db_path: str | Path, results: RunResults, run_dir: str | Path) ->
                   _float(c.compile_s), _float(c.numerics.max_abs_err),
                   None if c.numerics.numerics_ok is None else int(c.numerics.numerics_ok),
                   _float(c.memory.peak_rss_mb), c.costs.cache, c.error,
-                  _float(c.conditions.wall_s))
+                  _float(run_wall_s(c)))
                  for c in results.cells],
             )
     finally:
@@ -89,6 +89,13 @@ def list_runs(db_path: str | Path) -> list[dict[str, Any]]:
 
 
 CellKey = tuple[str, str, str, str]  # (label, backend, size, device)
+
+
+def run_wall_s(cell) -> float | None:
+    """What the run's wall spent on the cell: its processes' shares of their interleaved
+    stretches where each has one (compare.harness.pooling.stretch_shares), else its walls."""
+    shares = [p.get("share_s") for p in cell.spread.processes or []]
+    return sum(shares) if shares and all(s is not None for s in shares) else cell.conditions.wall_s
 
 
 def past_wall_s(db_path: str | Path, cpu_model: str, threads: int, coverage_only: bool = False) -> dict[CellKey, float]:

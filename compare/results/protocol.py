@@ -214,6 +214,9 @@ class CellMeasurement:
     started_at: float | None = None  # wall clock at spawn (process-only)
     # seconds between the worker's phase events, by phase (process-only): where its wall went
     phase_s: dict[str, float] | None = None
+    # its share of its interleaved stretch's span, first spawn to last exit (process-only;
+    # compare.harness.pooling.stretch_shares): what the run's wall spent on it
+    share_s: float | None = None
     workload_key: str | None = None
     # the parent: the cell's processes pooled
     process_samples: list[int] | None = None
@@ -272,7 +275,7 @@ class BisectSpec:
 # The latency records of a measurement and of a cell.
 STATS_FIELDS = ("latency", "eager_latency", "fp32_eager_latency")
 # Measurement fields that describe a worker process, not the cell: ``Cell`` has none of them.
-PROCESS_ONLY = ("round_s", "experiment", "worker_s", "started_at", "phase_s")
+PROCESS_ONLY = ("round_s", "experiment", "worker_s", "started_at", "phase_s", "share_s")
 
 
 def ended(status: str, error: str, transient: bool | None = None, info: dict[str, Any] | None = None) -> CellMeasurement:
