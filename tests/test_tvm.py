@@ -1,4 +1,7 @@
 """TVM with real MetaSchedule tuning (tiny budgets, small shapes)."""
+import json
+import os
+
 import pytest
 
 from adapters.tvm.log_store import RECORD_FILE
@@ -99,6 +102,50 @@ def test_second_run_reuses_the_log(tuned):
     assert second["tuning_s"] == pytest.approx(first["tuning_s"])
     if second["break_even_calls"] is not None:
         assert second["break_even_calls"] > second["break_even_calls_excl_tuning"]
+
+
+@pytest.mark.slow  # a second real tuning
+def test_a_second_model_takes_the_task_it_shares_from_the_store_and_tunes_only_its_own(tuned, tmp_path):
+    base, logs = tuned
+    args = [a if a != "tiny_linear" else "tiny_two_linears" for a in COMMON]
+    proc = run_cli("--backends", "tvm", *args, "--tuning-logs", logs, "--output-dir", tmp_path / "two")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = _tvm_cell(tmp_path / "two")
+    tuning = cell["info"]["tuning"]
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True and tuning["tasks"] == 2
+    (shared,) = tuning["tasks_from_store"]  # tiny_linear's GEMM, with its origin and cost
+    assert shared["from"] == "tiny_linear" and shared["best_ms"] > 0 and shared["log"].startswith("tiny_linear-small-")
+    assert tuning["trials_measured"] > 0 and tuning["reused"] is False  # its own task was tuned
+    assert [h["trials"] > 0 for h in tuning["history"]] == [True, True]  # the log holds both tasks
+    assert "1 of 2 tasks from the store (tiny_linear; about" in (tmp_path / "two" / "summary.md").read_text()
+    # a run again: both tasks from its own log now, nothing searched
+    again = run_cli("--backends", "tvm", *args, "--tuning-logs", logs, "--output-dir", tmp_path / "again")
+    assert again.returncode == 0, again.stdout + again.stderr
+    tuning = _tvm_cell(tmp_path / "again")["info"]["tuning"]
+    assert tuning["reused"] is True and tuning["trials_measured"] == 0 and len(tuning["tasks_from_store"]) == 1
+
+
+@pytest.mark.slow  # a tuning killed after its first round, then resumed
+def test_a_tuning_killed_after_a_round_resumes_from_its_committed_records(tmp_path):
+    site = tmp_path / "site" / "dlcompare_dying-0.1.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: dlcompare-dying\nVersion: 0.1\n")
+    (site / "entry_points.txt").write_text("[dlcompare.backends]\n"
+                                           "dying-tuner = dlcompare_dying_tuner_backend:DyingTunerBackend\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site.parent), str(FIXTURES / "plugin")])}
+    args = [*COMMON, "--tvm-trials", "16", "--tuning-logs", tmp_path / "logs"]
+    run_cli("--backends", "dying-tuner", *args, "--output-dir", tmp_path / "died", env=env)
+    died = next(c for c in load_results(tmp_path / "died")["cells"] if c["backend"] == "dying-tuner")
+    assert died["status"] == "failed" and "code 9" in died["error"]  # killed in the middle of its tuning
+    (meta_path,) = (tmp_path / "logs").glob("tvm/*/tiny_linear-small-*/dlcompare-tuning.json")
+    meta = json.loads(meta_path.read_text())  # what the first round committed
+    assert meta["stopped_by"] == "interrupted" and 0 < meta["trials_budget"] < 16 and meta["tuning_s"] > 0
+    resumed = run_cli("--backends", "tvm", *args, "--output-dir", tmp_path / "resumed", env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    tuning = _tvm_cell(tmp_path / "resumed")["info"]["tuning"]
+    assert tuning["trials_budget_in_log"] == 16 and tuning["trials_in_log"] >= meta["trials_budget"]
+    assert 0 < tuning["trials_measured"] <= 16 - meta["trials_budget"]  # only what the budget still lacked
+    assert tuning["tuning_s_total"] > meta["tuning_s"]  # the killed run's tuning counted too
 
 
 @pytest.mark.slow  # a second real tuning; damaged logs are also tested in test_tuning_store

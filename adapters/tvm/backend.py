@@ -12,6 +12,7 @@ when the log is reused), ``build`` (apply records, compile), ``load`` (VM),
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import time
@@ -35,7 +36,7 @@ from ..base import (
     target_key,
 )
 from ..profiling import CrossCheck, KernelProfile, ProfileUnavailable, fused_kernel_ops, per_call, wall_ms_per_call
-from .log_store import TuningLogStore
+from .log_store import TuningLogError, TuningLogStore
 
 # apache-tvm-ffi 0.1.15.x segfaults as soon as MetaSchedule tuning starts (verified here).
 BAD_FFI_PREFIXES = ("0.1.15",)
@@ -181,6 +182,8 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
                          + f" of {tuning.get('trials_requested')}{spent}{stopped}")
             if tuning.get("trials_per_task") is not None:
                 notes.append(f"{tuning['trials_per_task']:g} trials/task")
+            if shared := tuning.get("tasks_from_store"):
+                notes.append(shared_tasks_note(shared, tuning.get("tasks")))
         if info.get("unscheduled_functions"):
             notes.append(f"{len(info['unscheduled_functions'])} unscheduled kernel(s)")
         return notes
@@ -419,21 +422,22 @@ class TvmBackend(_TvmBase):
 
     def tune_or_reuse(self, mod, tasks, target, tkey: str, ctx: CompileContext):
         """Tune what the stored log lacks of the budget (under the log's lock), commit it,
-        and return the cell's tuning record and the database to apply (None: no records)."""
+        and return the cell's tuning record and the database to apply (None: no records).
+        A model's first tuning takes the tasks the target's store already holds from other
+        models' logs (``shared_tasks``) and tunes only the others."""
         import tvm_ffi
         from tvm.s_tir import meta_schedule as ms
 
         from . import inspection, tuning
+        from .shared_tasks import reuse_stored_tasks
         from .tuning import SearchSettings, TuningBudget
 
-        trials = TuningBudget.planned(int(ctx.options.tvm_trials), len(tasks),
-                                      int(ctx.options.tvm_min_trials_per_task)).trials
         cap = ctx.options.tvm_trials_per_task
         module_hash = hashlib.sha256(str(tvm_ffi.structural_hash(mod)).encode()).hexdigest()[:10]
         log_dir = Path(ctx.cache_root or ctx.work_dir) / "tvm" / tkey / f"{ctx.workload_key}-{module_hash}"
         store = TuningLogStore(log_dir, tkey, f"{ctx.workload_key}-{module_hash}")
         info: dict[str, Any] = {"target_key": tkey, "log_dir": str(log_dir), "tasks": len(tasks),
-                                "task_names": [t.task_name for t in tasks], "trials_requested": trials}
+                                "task_names": [t.task_name for t in tasks]}
         with store.lock():  # held through tune + commit: a concurrent run waits, then reuses
             state = store.inspect()
             if state.warning:
@@ -442,23 +446,42 @@ class TvmBackend(_TvmBase):
                 store.clear()
                 state = store.inspect()
                 info["retuned"] = True
+            scratch = ctx.work_dir / "tuning"
+            store.copy_into(scratch)  # continue from existing records, never edit them in place
+            # --retune tunes every task itself; a log of its own keeps what it took before
+            from_store = (state.meta.get("tasks_from_store", []) if state.usable else [] if info.get("retuned") else
+                          reuse_stored_tasks(tasks, target, log_dir.parent, log_dir, tkey, scratch))
+            own = [t for t in tasks if t.task_name not in {r["task"] for r in from_store}]
+            trials = TuningBudget.planned(int(ctx.options.tvm_trials), len(own),
+                                          int(ctx.options.tvm_min_trials_per_task)).trials if own else 0
+            info.update(trials_requested=trials, tasks_from_store=from_store)
             budget_done = int(state.meta.get("trials_budget", 0)) if state.usable else 0
             budget = TuningBudget(trials=max(trials - budget_done, 0),
                                   minutes=ctx.options.tvm_tune_minutes,
                                   trials_per_task=int(cap) if cap else None)
-            scratch = ctx.work_dir / "tuning"
-            store.copy_into(scratch)  # continue from existing records, never edit them in place
+            meta = {"tasks": len(tasks), "task_names": info["task_names"], "workload": ctx.workload_name,
+                    "tasks_from_store": from_store}
+            started = time.monotonic()
+
+            def checkpoint(trials_so_far: int) -> None:
+                """The log as it stands after a search round, committed: a tuning killed later
+                (a timeout, Ctrl-C, a crash) resumes from these records and tunes only what
+                its budget still lacks."""
+                with contextlib.suppress(OSError, TuningLogError):
+                    store.commit(scratch, {**meta, "trials_budget": budget_done + trials_so_far,
+                                           "tuning_s": _tuning_seconds(state, time.monotonic() - started),
+                                           "stopped_by": "interrupted"})
+
             outcome = None
             with ctx.phase("tune"):
-                if budget.trials > 0 and tasks:
-                    outcome = tuning.tune(mod, target, str(scratch), budget,
-                                              SearchSettings.for_budget(budget, len(tasks)),
-                                              seed=ctx.seed, initializer=inspection.install)
+                if budget.trials > 0 and own:
+                    outcome = tuning.tune(own, target, str(scratch), budget,
+                                          SearchSettings.for_budget(budget, len(own)),
+                                          seed=ctx.seed, initializer=inspection.install, checkpoint=checkpoint)
             tuning_s = _tuning_seconds(state, ctx.phases.get("tune", 0.0) if outcome else 0.0)
-            if outcome:
-                store.commit(scratch, {"trials_budget": budget_done + budget.trials, "tasks": len(tasks),
-                                       "task_names": info["task_names"], "workload": ctx.workload_name,
-                                       "tuning_s": tuning_s, "stopped_by": outcome.stopped_by})
+            if outcome or (from_store and not state.usable):
+                store.commit(scratch, {**meta, "trials_budget": budget_done + budget.trials, "tuning_s": tuning_s,
+                                       "stopped_by": outcome.stopped_by if outcome else None})
             after = store.inspect()
             info.update(_tuning_record(state, after, outcome, budget, tuning_s, store))
             # what the log holds per task: the figure TVM's tutorial sets a floor for
@@ -489,7 +512,7 @@ def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, 
         # Wall seconds of all the tuning that produced the log in use (this run's and
         # earlier runs'); None for a log tuned before dlcompare recorded it.
         "tuning_s_total": tuning_s,
-        "reused": outcome is None and state.usable,
+        "reused": outcome is None and after.usable,  # no search ran: the records came from a log
         "trials_budget_in_log": int(after.meta.get("trials_budget", 0)),
         "trials_in_log": after.records,
         "trials_measured": max(after.records - state.records, 0),
@@ -616,6 +639,15 @@ def canonicalize_negative_indices(exported) -> int:
     if rewritten:
         exported.graph_module.recompile()
     return rewritten
+
+
+def shared_tasks_note(shared: list[dict[str, Any]], tasks: int | None) -> str:
+    """How many tasks came from other models' logs, from which, and that their tuning is
+    counted where it was produced (not in this cell's tuning seconds or break-even)."""
+    models = sorted({r["from"] for r in shared})
+    cost = sum(r["tuning_s_per_task"] or 0.0 for r in shared)
+    return (f"{len(shared)} of {tasks} tasks from the store ({', '.join(models)}; about {cost:.0f} s of tuning "
+            "counted where it was produced, not here)")
 
 
 def _tuning_seconds(state, tuned_now_s: float) -> float | None:

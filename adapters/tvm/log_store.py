@@ -77,9 +77,16 @@ def read_records(folder: Path) -> tuple[list[Any], list[Any]]:
 def record_run_ms(record: list[Any]) -> float | None:
     """Mean measured run time of one tuning record in ms (None for a failed build/run)."""
     try:
-        run_secs = record[1][1]
+        return run_secs_ms(record[1][1])
+    except (IndexError, TypeError):
+        return None
+
+
+def run_secs_ms(run_secs: Any) -> float | None:
+    """A record's measured seconds as their mean in ms (None for a failed build/run)."""
+    try:
         values = [float(v) for v in run_secs]
-    except (IndexError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return None
     if not values or min(values) >= 1e9:  # MetaSchedule's marker for a failed measurement
         return None
@@ -200,6 +207,9 @@ def list_logs(root: str | Path, backend: str = "tvm") -> list[dict[str, Any]]:
             "budget": meta.get("trials_budget"),
             "tuning_s": meta.get("tuning_s"),  # wall seconds of the tuning behind the log; None: not recorded
             "tasks": len(best),
+            # tasks whose record came from another model's log of this target (issue 58)
+            "from_store": sorted({r.get("from", "?") for r in meta.get("tasks_from_store") or []}),
+            "tasks_from_store": len(meta.get("tasks_from_store") or []),
             "best_ms_per_task": [round(best[k], 4) for k in sorted(best)],
             "bytes": size,
             "updated": meta.get("updated"),

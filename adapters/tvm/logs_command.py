@@ -59,12 +59,13 @@ def _list(root: Path, console) -> int:
         console.print(f"no tuning logs under {root / 'tvm'}")
         return 0
     table = Table(title=f"TVM tuning logs in {root}")
-    for col in ("target", "workload", "trials", "budget", "tuning s", "tasks", "best ms per task", "size", "updated",
-                "status"):
+    for col in ("target", "workload", "trials", "budget", "tuning s", "tasks", "from other models", "best ms per task",
+                "size", "updated", "status"):
         table.add_column(col, overflow="fold")
     for r in rows:
         tuning_s = "unknown" if r.get("tuning_s") is None else f"{r['tuning_s']:.0f}"
-        table.add_row(r["target"], r["workload"], str(r["trials"]), str(r["budget"]), tuning_s, str(r["tasks"]),
+        shared = f"{r['tasks_from_store']} ({', '.join(r['from_store'])})" if r["tasks_from_store"] else "-"
+        table.add_row(r["target"], r["workload"], str(r["trials"]), str(r["budget"]), tuning_s, str(r["tasks"]), shared,
                       ", ".join(f"{v:.4g}" for v in r["best_ms_per_task"]), f"{r['bytes'] / 1024:.0f} KiB",
                       str(r["updated"]), r["status"])
     console.print(table)
@@ -88,6 +89,8 @@ def _show(root: Path, key: str, console) -> int:
         raise TuningLogsUsage(f"{key}: {exc}") from None
     console.print_json(json.dumps(meta))
     names = meta.get("task_names", [])
+    for shared in meta.get("tasks_from_store") or []:
+        console.print(f"{shared['task']}: from {shared['from']}'s log ({shared['log']}), best {shared['best_ms']:.4g} ms")
     for task in history:
         runs = [r for r in task["run_ms"] if r is not None]
         label = names[task["task"]] if task["task"] < len(names) else f"task {task['task']}"

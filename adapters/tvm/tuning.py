@@ -69,14 +69,26 @@ class TuningOutcome:
     curve: list[dict[str, float | None]]
 
 
-def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: SearchSettings,
-         seed: int, initializer: Callable[[], None] | None = None) -> TuningOutcome:
+def tune(tasks: list, target: Any, work_dir: str, budget: TuningBudget, settings: SearchSettings,
+         seed: int, initializer: Callable[[], None] | None = None,
+         checkpoint: Callable[[int], None] | None = None) -> TuningOutcome:
+    """Tune ``tasks`` (MetaSchedule's extracted tasks: all of a model's, or those the
+    target's store lacks) into the JSON database in ``work_dir``, as ``tune_relax`` would
+    tune a whole module. ``checkpoint(trials so far)`` runs after every search round, once
+    the round's records are in the database: a tuning killed later resumes from them."""
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
 
-    monitor = RoundMonitor.create(budget.minutes, settings.trials_per_round)
+    monitor = RoundMonitor.create(budget.minutes, settings.trials_per_round, checkpoint)
+    contexts, weights = extracted_tasks_to_tune_contexts(
+        extracted_tasks=list(tasks), work_dir=work_dir, space="post-order-apply",
+        strategy=ms.search_strategy.EvolutionarySearch(
+            population_size=settings.population, genetic_num_iters=settings.genetic_iters,
+            init_min_unmeasured=settings.init_min_unmeasured),
+        seed=seed)
     with ms.Profiler() as profiler, _until_time_budget(monitor):
-        ms.relax_integration.tune_relax(
-            mod, params={}, target=target, work_dir=work_dir,
+        ms.tune_tasks(
+            tasks=contexts, task_weights=weights, work_dir=work_dir,
             max_trials_global=budget.trials,
             max_trials_per_task=budget.trials_per_task or budget.trials,
             num_trials_per_iter=settings.trials_per_round,
@@ -86,11 +98,7 @@ def tune(mod: Any, target: Any, work_dir: str, budget: TuningBudget, settings: S
                 number=settings.evaluator_number, repeat=1, min_repeat_ms=settings.evaluator_min_repeat_ms)),
             cost_model=ms.cost_model.XGBModel(num_warmup_samples=settings.cost_model_warmup_samples,
                                               num_tuning_cores=int(target.attrs["num-cores"])),
-            strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=settings.population, genetic_num_iters=settings.genetic_iters,
-                init_min_unmeasured=settings.init_min_unmeasured),
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
-            seed=seed)
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor])
     return TuningOutcome(stopped_by=monitor.stop_reason or "trials",
                          profile={k: round(float(v), 3) for k, v in profiler.get().items()},
                          settings=asdict(settings), curve=list(monitor.curve))
@@ -150,9 +158,11 @@ class RoundMonitor:
     (MetaSchedule keeps searching an exhausted space: 27 s per empty round here)."""
 
     @staticmethod
-    def create(minutes: float | None, trials_per_round: int):
+    def create(minutes: float | None, trials_per_round: int, checkpoint: Callable[[int], None] | None = None):
         from tvm.ir.utils import derived_object
         from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+        save = checkpoint or (lambda trials: None)
 
         @derived_object
         class _RoundMonitor(PyMeasureCallback):
@@ -179,6 +189,7 @@ class RoundMonitor:
                 now = time.monotonic()
                 self.round_ends.append(now)
                 self._record(tasks, task_id, runner_results)
+                save(self.trials)
                 self.task_trials[task_id] = self.task_trials.get(task_id, 0) + len(runner_results)
                 if candidates and not self._space_measured(tasks[task_id], task_id, len(candidates)):
                     self.exhausted.discard(task_id)
