@@ -7,6 +7,7 @@ compile) and ``first_call`` (the rest: guards and the first execution).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -107,6 +108,50 @@ def quantize_for_inductor(module: Any, example_inputs: Sequence[Any], ctx: Compi
 def _compile_seconds(metrics) -> tuple[float, float]:
     """dynamo's own timers so far: (its whole compile, the backend compiler's share)."""
     return (sum(metrics.get("_compile.compile_inner", [])), sum(metrics.get("OutputGraph.call_user_compiler", [])))
+
+
+# max-autotune's own timers (select_algorithm's dynamo_timed): each GEMM's candidates
+# compiled ("<op>_template_precompiling"), then benchmarked ("<op>_template_autotuning").
+AUTOTUNE_TIMERS = ("_template_precompiling", "_template_autotuning")
+
+
+def _autotune_seconds(metrics) -> float:
+    """Seconds max-autotune has spent so far: its tuning, inside the backend compile."""
+    return sum(sum(values) for key, values in metrics.items() if key.endswith(AUTOTUNE_TIMERS))
+
+
+class AutotuneWinners:
+    """Which kernel max-autotune picked for each GEMM it benchmarked, as Inductor's own
+    feedback hook tells it (``select_algorithm.add_feedback_saver``): the op, its input
+    shapes, the winner, its ms and how many candidates were timed."""
+
+    def __init__(self) -> None:
+        self.picks: list[dict[str, Any]] = []
+
+    def __call__(self, timings, name, input_nodes, choices, profiled=None, precompile_times=None) -> None:
+        timed = {choice: ms for choice, ms in timings.items() if ms != float("inf")}
+        if not timed:
+            return
+        best = min(timed, key=timed.__getitem__)
+        self.picks.append({"op": name, "shapes": [[str(d) for d in node.get_size()] for node in input_nodes],
+                           # the winner's name leads with its family: cpp (a C++ template), extern (ATen)
+                           "winner": (winner := str(getattr(best, "name", best))), "kind": winner.split("_")[0],
+                           "ms": round(float(timed[best]), 5), "candidates": len(timings)})
+
+
+@contextlib.contextmanager
+def autotune_feedback(winners: AutotuneWinners | None):
+    """Inductor's autotuning hook installed around the compile (nothing when not autotuning)."""
+    if winners is None:
+        yield
+        return
+    from torch._inductor import select_algorithm
+
+    select_algorithm.add_feedback_saver(winners)
+    try:
+        yield
+    finally:
+        select_algorithm.clear_feedback_savers()
 
 
 class InductorCompiled(TorchCompiled):
@@ -221,6 +266,17 @@ with torch.no_grad():
         return CompileResult(compiled, info=ctx.info, phases={"compile": ctx.phases["compile"]},
                              includes_first_call=True)
 
+    @classmethod
+    def status_notes(cls, info: dict[str, Any], tuning_s: float | None) -> list[str]:
+        """max-autotune: how many GEMMs it benchmarked, its seconds (counted as tuning) and
+        which kinds of kernel won."""
+        autotune = info.get("autotune")
+        if not autotune:
+            return []
+        kinds = sorted({pick["kind"] for pick in autotune["gemms"]})
+        won = f", won by {', '.join(kinds)}" if kinds else ""
+        return [f"max-autotune: {len(autotune['gemms'])} GEMMs in {autotune['seconds']:.0f} s of tuning{won}"]
+
     def settings(self, ctx: CompileContext) -> dict[str, Any]:
         import torch._inductor.config as config
 
@@ -264,9 +320,11 @@ with torch.no_grad():
         ctx.info["inductor_configs"] = configs
         module = quantize_for_inductor(module, example_inputs, ctx)
         before = _compile_seconds(compilation_time_metrics)  # torch.export inside the quantizer is not Inductor's
+        tuned_before = _autotune_seconds(compilation_time_metrics)
         compiled = torch.compile(module, backend="inductor", mode=mode, dynamic=ctx.options.dynamic)
 
-        with ctx.phase("compile"):
+        winners = AutotuneWinners() if mode.startswith("max-autotune") else None
+        with ctx.phase("compile"), autotune_feedback(winners):
             with torch.no_grad():
                 compiled(*example_inputs)
             if ctx.device == "cuda":
@@ -274,8 +332,12 @@ with torch.no_grad():
         # torch.compile compiles on the first call: split that call with dynamo's own timers.
         total = ctx.phases["compile"]
         compile_inner, backend_compile = (a - b for a, b in zip(_compile_seconds(compilation_time_metrics), before))
-        phases = {"trace": max(compile_inner - backend_compile, 0.0), "codegen": backend_compile,
+        autotune = min(_autotune_seconds(compilation_time_metrics) - tuned_before, backend_compile)
+        phases = {"trace": max(compile_inner - backend_compile, 0.0),
+                  **({"autotune": autotune} if autotune > 0 else {}), "codegen": backend_compile - autotune,
                   "first_call": max(total - compile_inner, 0.0)}
+        if winners is not None:  # max-autotune's search is tuning: counted as such in the break-even
+            ctx.info["autotune"] = {"seconds": round(autotune, 3), "gemms": winners.picks}
         if "quantize" in ctx.phases:
             phases = {"quantize": ctx.phases["quantize"], **phases}
         evidence = cache_evidence(counters)
@@ -283,7 +345,8 @@ with torch.no_grad():
         ctx.info["graph_breaks"] = sum(dict(counters["graph_break"]).values())
         compiled_model = InductorCompiled(compiled, ctx.device, lambda: self._profiled_build(module, mode, ctx))
         return CompileResult(compiled_model, cache=CacheVerdict(cache_result(evidence), evidence),
-                             info=ctx.info, phases=phases, includes_first_call=True)
+                             info=ctx.info, phases=phases, includes_first_call=True,
+                             tuning_s=autotune if winners is not None else None)
 
     @staticmethod
     def _profiled_build(module: Any, mode: str, ctx: CompileContext):

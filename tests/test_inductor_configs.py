@@ -19,3 +19,22 @@ def test_the_realize_threshold_is_a_recorded_variant_and_the_default_stays_pytor
     assert proc.returncode == 0, proc.stdout + proc.stderr
     default = next(c for c in load_results(tmp_path / "default")["cells"] if c["backend"] == "inductor")
     assert default["settings"]["realize_reads_threshold"] == 4  # PyTorch's own
+
+
+@pytest.mark.slow  # two Inductor builds, one autotuning every GEMM (74 s)
+def test_max_autotune_is_a_variant_beside_the_default_and_its_search_is_tuning_time(tmp_path):
+    """Issue 58: ``inductor:inductor-mode=max-autotune`` beside ``inductor``; the seconds its
+    GEMM search took are the cell's tuning seconds (in the break-even), and each GEMM's
+    winner is recorded as Inductor's feedback hook reports it."""
+    proc = run_cli("--backends", "inductor,inductor:inductor-mode=max-autotune", "--workloads", "mlp",
+                   "--size", "small", *FAST, "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = {c["backend"]: c for c in load_results(tmp_path)["cells"]}
+    default, tuned = cells["inductor"], cells["inductor:inductor-mode=max-autotune"]
+    assert default["tuning_s"] is None and "autotune" not in default["info"]
+    assert tuned["status"] == "ok" and tuned["numerics_ok"] is True
+    autotune = tuned["info"]["autotune"]
+    assert autotune["gemms"] and all(g["winner"] and g["candidates"] >= 1 and g["ms"] > 0 for g in autotune["gemms"])
+    assert tuned["tuning_s"] == pytest.approx(autotune["seconds"], abs=1e-3) and tuned["tuning_s"] > 0
+    assert tuned["compile_phases"]["autotune"] == pytest.approx(tuned["tuning_s"])
+    assert sum(tuned["compile_phases"].values()) == pytest.approx(tuned["compile_s"])
