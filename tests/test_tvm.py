@@ -116,6 +116,8 @@ def test_a_second_model_takes_the_task_it_shares_from_the_store_and_tunes_only_i
     (shared,) = tuning["tasks_from_store"]  # tiny_linear's GEMM, with its origin and cost
     assert shared["from"] == "tiny_linear" and shared["best_ms"] > 0 and shared["log"].startswith("tiny_linear-small-")
     assert tuning["trials_measured"] > 0 and tuning["reused"] is False  # its own task was tuned
+    # the copied record is not a trial: what was measured is all its own task's
+    assert tuning["trials_per_task"] == tuning["trials_measured"] and tuning["untuned_tasks"] == []
     assert [h["trials"] > 0 for h in tuning["history"]] == [True, True]  # the log holds both tasks
     assert "1 of 2 tasks from the store (tiny_linear; about" in (tmp_path / "two" / "summary.md").read_text()
     # a run again: both tasks from its own log now, nothing searched

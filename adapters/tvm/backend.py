@@ -184,6 +184,8 @@ print(vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]))
                 notes.append(f"{tuning['trials_per_task']:g} trials/task")
             if shared := tuning.get("tasks_from_store"):
                 notes.append(shared_tasks_note(shared, tuning.get("tasks")))
+            if untuned := tuning.get("untuned_tasks"):
+                notes.append(f"{len(untuned)} of {tuning.get('tasks')} tasks untuned (default schedules)")
         if info.get("unscheduled_functions"):
             notes.append(f"{len(info['unscheduled_functions'])} unscheduled kernel(s)")
         return notes
@@ -484,9 +486,14 @@ class TvmBackend(_TvmBase):
                                        "stopped_by": outcome.stopped_by if outcome else None})
             after = store.inspect()
             info.update(_tuning_record(state, after, outcome, budget, tuning_s, store))
-            # what the log holds per task: the figure TVM's tutorial sets a floor for
-            info["trials_per_task"] = round(after.records / max(len(tasks), 1), 1)
+            copied = 0 if state.usable else len(from_store)  # one record per reused task, not a trial
+            info["trials_measured"] = max(info["trials_measured"] - copied, 0)
+            # what the log holds per task it tuned itself: the figure TVM's tutorial sets a floor for
+            info["trials_per_task"] = round((after.records - len(from_store)) / max(len(own), 1), 1)
             database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
+            # a budget that ran out before every task had a round: those build with default schedules
+            info["untuned_tasks"] = [t.task_name for t in tasks
+                                     if database is None or not database.has_workload(t.dispatched[0])]
         return info, database
 
     def build_tuned(self, mod, database, target, ctx: CompileContext):
