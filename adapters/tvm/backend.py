@@ -485,9 +485,8 @@ class TvmBackend(_TvmBase):
                 store.commit(scratch, {**meta, "trials_budget": budget_done + budget.trials, "tuning_s": tuning_s,
                                        "stopped_by": outcome.stopped_by if outcome else None})
             after = store.inspect()
-            info.update(_tuning_record(state, after, outcome, budget, tuning_s, store))
             copied = 0 if state.usable else len(from_store)  # one record per reused task, not a trial
-            info["trials_measured"] = max(info["trials_measured"] - copied, 0)
+            info.update(_tuning_record(state, after, outcome, budget, tuning_s, store, copied))
             # what the log holds per task it tuned itself: the figure TVM's tutorial sets a floor for
             info["trials_per_task"] = round((after.records - len(from_store)) / max(len(own), 1), 1)
             database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
@@ -513,7 +512,7 @@ class TvmBackend(_TvmBase):
         return tvm.compile(mod, target=target)
 
 
-def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, Any]:
+def _tuning_record(state, after, outcome, budget, tuning_s, store, copied: int) -> dict[str, Any]:
     """What the cell records of the tuning behind its build (this run's and the log's)."""
     return {
         # Wall seconds of all the tuning that produced the log in use (this run's and
@@ -522,7 +521,7 @@ def _tuning_record(state, after, outcome, budget, tuning_s, store) -> dict[str, 
         "reused": outcome is None and after.usable,  # no search ran: the records came from a log
         "trials_budget_in_log": int(after.meta.get("trials_budget", 0)),
         "trials_in_log": after.records,
-        "trials_measured": max(after.records - state.records, 0),
+        "trials_measured": max(after.records - state.records - copied, 0),  # copied: records taken from the store
         "trials_per_task_cap": budget.trials_per_task,
         "minutes_budget": budget.minutes,
         "stopped_by": outcome.stopped_by if outcome else None,
