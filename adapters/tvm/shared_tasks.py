@@ -41,6 +41,20 @@ def per_task_tuning_s(meta: dict[str, Any]) -> float | None:
     return round(float(seconds) / int(tasks), 1) if seconds and tasks else None
 
 
+def replays(trace: Any, mod: Any) -> bool:
+    """Whether a stored schedule applies to this model's kernel. MetaSchedule's structural
+    match does not compare block names, and a trace finds its blocks by name: distilbert's
+    kernels matched bert_base's, and the copied traces then failed to load in the tuner's own
+    database ("parallel_for_dynamic error"). A trace that does not replay is not copied."""
+    from tvm import s_tir
+
+    try:
+        trace.apply_to_schedule(s_tir.Schedule(mod), remove_postproc=False)
+    except Exception:  # noqa: BLE001 - any failure to replay means: tune it here
+        return False
+    return True
+
+
 def reuse_stored_tasks(tasks: list, target: Any, target_dir: Path, own: Path, target_key: str,
                        scratch: Path) -> list[dict[str, Any]]:
     """Copy into the scratch database (the model's log to be) the best stored record of
@@ -62,7 +76,7 @@ def reuse_stored_tasks(tasks: list, target: Any, target_dir: Path, own: Path, ta
         for folder, meta, database in sources:
             record = database.query_tuning_record(mod, target, task.task_name) if database.has_workload(mod) else None
             run_ms = None if record is None else run_secs_ms(record.run_secs)
-            if run_ms is not None and (best is None or run_ms < best[0]):
+            if run_ms is not None and (best is None or run_ms < best[0]) and replays(record.trace, mod):
                 best = (run_ms, record, folder, meta)
         if best is None:
             continue
