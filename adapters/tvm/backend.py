@@ -453,7 +453,8 @@ class TvmBackend(_TvmBase):
             # --retune tunes every task itself; a log of its own keeps what it took before
             from_store = (state.meta.get("tasks_from_store", []) if state.usable else [] if info.get("retuned") else
                           reuse_stored_tasks(tasks, target, log_dir.parent, log_dir, tkey, scratch))
-            own = [t for t in tasks if t.task_name not in {r["task"] for r in from_store}]
+            taken = {r["task"] for r in from_store}
+            own = [t for t in tasks if t.task_name not in taken]
             trials = TuningBudget.planned(int(ctx.options.tvm_trials), len(own),
                                           int(ctx.options.tvm_min_trials_per_task)).trials if own else 0
             info.update(trials_requested=trials, tasks_from_store=from_store)

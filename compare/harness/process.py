@@ -38,7 +38,6 @@ class WorkerProcess:
         self.events: queue.Queue = queue.Queue()  # every non-phase event, then None at EOF
         self.last_phase = "start"
         self.phase_s: dict[str, float] = {}  # seconds spent in each phase so far (the clock below)
-        self._phase_mark = 0.0
         self.timed_out_after: float | None = None
         spec_path = self.work_dir / "spec.json"
         spec_path.write_text(self.spec.to_json())
