@@ -1,6 +1,7 @@
 """TVM with real MetaSchedule tuning (tiny budgets, small shapes)."""
 import json
 import os
+import shutil
 
 import pytest
 
@@ -152,9 +153,14 @@ def test_a_tuning_killed_after_a_round_resumes_from_its_committed_records(tmp_pa
 
 @pytest.mark.slow  # a second real tuning; damaged logs are also tested in test_tuning_store
 def test_corrupt_log_is_set_aside_and_retuned(tuned, tmp_path):
-    base, logs = tuned
+    base, shared_logs = tuned
     tuning = _tvm_cell(base / "r1")["info"]["tuning"]
-    records = next((logs / "tvm" / tuning["target_key"]).glob(f"tiny_linear-small-*/{RECORD_FILE}"))
+    # tiny_linear's log alone: another model's log in the shared store (tiny_two_linears, where
+    # an earlier test ran) would hand its task back from the store, and nothing would be tuned
+    (own,) = (shared_logs / "tvm" / tuning["target_key"]).glob("tiny_linear-small-*")
+    logs = tmp_path / "logs"
+    shutil.copytree(own, logs / "tvm" / tuning["target_key"] / own.name)
+    records = logs / "tvm" / tuning["target_key"] / own.name / RECORD_FILE
     records.write_bytes(records.read_bytes().rstrip(b"\n")[:-7])  # the last line cut mid-record
     proc = run_cli("--backends", "tvm", *COMMON, "--tuning-logs", logs, "--output-dir", tmp_path / "r3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
