@@ -1,4 +1,4 @@
-"""ExecuTorch with XNNPACK: the five graphs at small shapes, its delegation, its threads,
+"""ExecuTorch with XNNPACK: two graphs at small shapes (all five in the slow tier), its delegation, its threads,
 and a workload it cannot lower failing its own cell."""
 import importlib.util
 
@@ -10,11 +10,14 @@ needs_executorch = pytest.mark.skipif(importlib.util.find_spec("executorch") is 
 
 
 @needs_executorch
-def test_executorch_small_five_workloads(tmp_path):
-    proc = run_cli("--backends", "executorch", "--size", "small", *FAST, "--output-dir", tmp_path)
+# Two graphs (a GEMM, a convolution) in the default tier; all five in the slow tier
+@pytest.mark.parametrize("workloads", ["mlp,conv", pytest.param("all", marks=pytest.mark.slow)])
+def test_executorch_small_workloads(tmp_path, workloads):
+    proc = run_cli("--backends", "executorch", "--size", "small",
+                   *([] if workloads == "all" else ["--workloads", workloads]), *FAST, "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "executorch"]
-    assert len(cells) == 5
+    assert len(cells) == (5 if workloads == "all" else 2)
     for c in cells:
         assert c["status"] == "ok" and c["numerics_ok"] is True, c
         assert set(c["compile_phases"]) == {"export", "lower", "serialize", "load", "first_call"}

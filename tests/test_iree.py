@@ -1,4 +1,4 @@
-"""IREE compiles the five workloads for the host CPU and matches eager."""
+"""IREE compiles the survey's graphs (two by default, five in the slow tier) for the host CPU and matches eager."""
 import importlib.util
 import json
 import os
@@ -12,12 +12,15 @@ from conftest import FAST, ROOT, load_results, run_cli
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("iree.turbine") is None, reason="iree-turbine not installed")
 
 
-def test_iree_small_five_workloads(tmp_path):
-    proc = run_cli("--backends", "iree", "--size", "small", *FAST,
+# Two graphs (a GEMM, a convolution) in the default tier; all five in the slow tier
+@pytest.mark.parametrize("workloads", ["mlp,conv", pytest.param("all", marks=pytest.mark.slow)])
+def test_iree_small_workloads(tmp_path, workloads):
+    proc = run_cli("--backends", "iree", "--size", "small",
+                   *([] if workloads == "all" else ["--workloads", workloads]), *FAST,
                    "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "iree"]
-    assert len(cells) == 5
+    assert len(cells) == (5 if workloads == "all" else 2)
     for c in cells:
         assert c["status"] == "ok" and c["numerics_ok"] is True, c
         assert set(c["compile_phases"]) == {"export", "compile", "load", "first_call"}

@@ -1,4 +1,4 @@
-"""XLA:CPU through JAX: the five graphs at small shapes, its threads, its HLO counts."""
+"""XLA:CPU through JAX: two graphs at small shapes (all five in the slow tier), its threads, its HLO counts."""
 import importlib.util
 
 import pytest
@@ -10,11 +10,14 @@ needs_xla = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in 
 
 
 @needs_xla
-def test_xla_small_five_workloads(tmp_path):
-    proc = run_cli("--backends", "xla", "--size", "small", "--explain", *FAST, "--output-dir", tmp_path)
+# Two graphs (a GEMM, a convolution) in the default tier; all five in the slow tier
+@pytest.mark.parametrize("workloads", ["mlp,conv", pytest.param("all", marks=pytest.mark.slow)])
+def test_xla_small_workloads(tmp_path, workloads):
+    proc = run_cli("--backends", "xla", "--size", "small",
+                   *([] if workloads == "all" else ["--workloads", workloads]), "--explain", *FAST, "--output-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = [c for c in load_results(tmp_path)["cells"] if c["backend"] == "xla"]
-    assert len(cells) == 5
+    assert len(cells) == (5 if workloads == "all" else 2)
     for c in cells:
         assert c["status"] == "ok" and c["numerics_ok"] is True, c
         assert set(c["compile_phases"]) == {"export", "convert", "lower", "compile", "first_call"}
