@@ -170,7 +170,10 @@ def test_report_opens_in_headless_chromium(small_report, tmp_path):
 def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
     from compare.report import html as html_report
 
-    run = _run({("mlp", "eager"): [10.0] * 5, ("mlp", "ort"): [6.0] * 5, ("mlp", "tvm"): [8.0] * 5}, "r")
+    autotuned = "inductor:inductor-mode=max-autotune"
+    run = _run({("mlp", "eager"): [10.0] * 5, ("mlp", "ort"): [6.0] * 5, ("mlp", "tvm"): [8.0] * 5,
+                ("mlp", autotuned): [7.0] * 5}, "r")
+    next(c for c in run.cells if c.backend == autotuned).costs.tuning_s = 11.0
     tvm = next(c for c in run.cells if c.backend == "tvm")
     tvm.conditions.info = {"tuning": {"curve": [{"s": 5.0, "trials": 8, "estimated_ms": None},
                                      {"s": 9.0, "trials": 16, "estimated_ms": 12.0},
@@ -189,6 +192,10 @@ def test_tuning_curves_draw_eager_and_the_best_backend(monkeypatch):
     assert list(lines["eager"].get_ydata()) == [10.0, 10.0]
     assert list(lines["best other: ort"].get_ydata()) == [6.0, 6.0]
     assert list(lines["tvm measured"].get_xdata()) == [24]
+    # max-autotune: a point at its autotuning seconds and its measured latency, on the seconds panel only
+    point = {line.get_label(): line for line in by_seconds.get_lines()}[f"{autotuned} (its tuning s)"]
+    assert list(point.get_xdata()) == [11.0] and list(point.get_ydata()) == [7.0]
+    assert f"{autotuned} (its tuning s)" not in lines
 
 
 @pytest.mark.unit

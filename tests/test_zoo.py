@@ -373,13 +373,14 @@ def test_the_harness_csvs_have_its_columns_and_values(tmp_path):
 
 @needs_zoo
 def test_a_small_zoo_through_two_compilers_writes_the_matrix(tmp_path):
-    proc = run_cli("--suite", "zoo", "--workloads", "llama,resnet50", "--size", "small",
+    # one entry (llama beside it cost 40 s of the default tier; the census slice covers decoders)
+    proc = run_cli("--suite", "zoo", "--workloads", "resnet50", "--size", "small",
                    "--backends", "inductor,ort", *FAST, "--processes", "1", "--output-dir", tmp_path)
     cells = load_results(tmp_path)["cells"]
-    assert len(cells) == 6, proc.stdout + proc.stderr
+    assert len(cells) == 3, proc.stdout + proc.stderr
     summary = (tmp_path / "summary.md").read_text()
     assert summary.index("## Coverage") < summary.index("| workload")  # the matrix comes first
-    assert "| llama |" in summary and "| resnet50 |" in summary
+    assert "| resnet50 |" in summary
     for backend in ("inductor", "ort"):
         assert (tmp_path / "coverage" / f"{backend}_zoo_fp32_inference_cpu_accuracy.csv").exists()
     assert 'class="coverage"' in (tmp_path / "report.html").read_text()

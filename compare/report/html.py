@@ -182,6 +182,8 @@ def plot_tuning_curves(results: RunResults) -> str | None:
             ax.plot([p[key] for p in points], [p["estimated_ms"] for p in points], marker=".",
                     label="the tuner's estimate (kernels only)")
             _reference_lines(ax, results, c, points[-1][key] if points else None)
+            if key == "s":
+                _other_tuners(ax, results, c)
             ax.set_yscale("log")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("ms per call")
@@ -207,6 +209,15 @@ def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
         )
     if cell.latency is not None and x_end is not None:
         ax.plot([x_end], [cell.latency.median], "o", color="red", label=f"{cell.backend} measured")
+
+
+def _other_tuners(ax, results: RunResults, cell) -> None:
+    """Every other backend that tuned this workload (Inductor's max-autotune: its GEMM
+    autotuning), as a point at its own tuning seconds and its measured latency."""
+    for other in _ok_cells(results):
+        if ((other.label, other.size, other.device) == (cell.label, cell.size, cell.device)
+                and other.backend != cell.backend and other.costs.tuning_s):
+            ax.plot([other.costs.tuning_s], [other.latency.median], "s", label=f"{other.backend} (its tuning s)")
 
 
 def plot_dynamic(results: RunResults) -> str | None:
