@@ -56,7 +56,8 @@ def backend_subcommands() -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name in modules:
         module = importlib.import_module(name)
-        found[module.NAME] = module
+        for command in (module.NAME, *getattr(module, "ALIASES", ())):
+            found[command] = module
     return found
 
 

@@ -134,8 +134,8 @@ class AutotuneWinners:
             return
         best = min(timed, key=timed.__getitem__)
         self.picks.append({"op": name, "shapes": [[str(d) for d in node.get_size()] for node in input_nodes],
-                           # the winner's name leads with its family: cpp (a C++ template), extern (ATen)
-                           "winner": (winner := str(getattr(best, "name", best))), "kind": winner.split("_")[0],
+                           # the winner's name leads with its family: cpp (a C++ template), mkl (_mkl_linear), extern (ATen)
+                           "winner": (winner := str(getattr(best, "name", best))), "kind": winner.lstrip("_").split("_")[0],
                            "ms": round(float(timed[best]), 5), "candidates": len(timings)})
 
 

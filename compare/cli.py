@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     his.add_argument("--workload")
     his.add_argument("--backend")
 
-    for command in backend_subcommands().values():
+    for command in dict.fromkeys(backend_subcommands().values()):  # a module once, its aliases with it
         command.add_parser(sub)
 
     stab = sub.add_parser("stability", help="how well two runs of the same plan agree: does each speedup lie "

@@ -108,6 +108,7 @@ def test_tuning_logs_command_list_show_export_import_prune(tmp_path):
     assert list_logs(root)[0]["trials"] == 3
     listed = run_cli("tuning-logs", "--tuning-logs", root, "list")
     assert listed.returncode == 0 and "mlp-small-abc" in listed.stdout
+    assert run_cli("tvm-logs", "--tuning-logs", root, "list").stdout == listed.stdout  # the same command by its other name
     shown = run_cli("tuning-logs", "--tuning-logs", root, "show", f"{TKEY}/mlp-small-abc")
     assert shown.returncode == 0 and "fused_a: 2 trials" in shown.stdout
     missing = run_cli("tuning-logs", "--tuning-logs", root, "show", "nope/nope")

@@ -128,6 +128,23 @@ def test_a_second_model_takes_the_task_it_shares_from_the_store_and_tunes_only_i
     assert tuning["reused"] is True and tuning["trials_measured"] == 0 and len(tuning["tasks_from_store"]) == 1
 
 
+@pytest.mark.slow  # a real tuning of two tasks
+def test_a_time_budget_spent_in_the_first_sweep_leaves_the_rest_untuned_and_says_so(tmp_path):
+    """MetaSchedule's gradient scheduler sends every task a round before any result comes
+    back; past the budget the builder builds no further round, so the budget holds on a
+    model of many tasks, and a task without a built round runs with the default rules."""
+    args = [a if a != "tiny_linear" else "tiny_two_linears" for a in COMMON]
+    proc = run_cli("--backends", "tvm", *args, "--tvm-trials", "64", "--tvm-tune-minutes", "0.01",
+                   "--tuning-logs", tmp_path / "logs", "--output-dir", tmp_path / "r")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell = _tvm_cell(tmp_path / "r")
+    tuning = cell["info"]["tuning"]
+    assert cell["status"] == "ok" and cell["numerics_ok"] is True and tuning["stopped_by"] == "time"
+    assert tuning["candidates_skipped_at_deadline"] > 0 and len(tuning["untuned_tasks"]) == 1
+    # the first round was built and measured; the skipped candidates are no trials
+    assert tuning["trials_measured"] == tuning["search_settings"]["trials_per_round"]
+
+
 @pytest.mark.slow  # a tuning killed after its first round, then resumed
 def test_a_tuning_killed_after_a_round_resumes_from_its_committed_records(tmp_path):
     site = tmp_path / "site" / "dlcompare_dying-0.1.dist-info"

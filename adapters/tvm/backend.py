@@ -487,13 +487,15 @@ class TvmBackend(_TvmBase):
                                        "stopped_by": outcome.stopped_by if outcome else None})
             after = store.inspect()
             copied = 0 if state.usable else len(from_store)  # one record per reused task, not a trial
-            info.update(_tuning_record(state, after, outcome, budget, tuning_s, store, copied))
+            skipped = outcome.skipped if outcome else 0  # not built: the time budget was spent
+            info.update(_tuning_record(state, after, outcome, budget, tuning_s, store, copied + skipped))
+            info["candidates_skipped_at_deadline"] = skipped
             # what the log holds per task it tuned itself: the figure TVM's tutorial sets a floor for
-            info["trials_per_task"] = round((after.records - len(from_store)) / max(len(own), 1), 1)
+            info["trials_per_task"] = round((after.records - len(from_store) - skipped) / max(len(own), 1), 1)
             database = ms.database.JSONDatabase(work_dir=str(log_dir)) if after.usable else None
-            # a budget that ran out before every task had a round: those build with default schedules
-            info["untuned_tasks"] = [t.task_name for t in tasks
-                                     if database is None or not database.has_workload(t.dispatched[0])]
+            # a budget that ran out before a task had a round built: it builds with default schedules
+            info["untuned_tasks"] = [t.task_name for t in tasks if database is None or database.query_tuning_record(
+                t.dispatched[0], target, t.task_name) is None]
         return info, database
 
     def build_tuned(self, mod, database, target, ctx: CompileContext):
@@ -513,7 +515,7 @@ class TvmBackend(_TvmBase):
         return tvm.compile(mod, target=target)
 
 
-def _tuning_record(state, after, outcome, budget, tuning_s, store, copied: int) -> dict[str, Any]:
+def _tuning_record(state, after, outcome, budget, tuning_s, store, not_trials: int) -> dict[str, Any]:
     """What the cell records of the tuning behind its build (this run's and the log's)."""
     return {
         # Wall seconds of all the tuning that produced the log in use (this run's and
@@ -522,7 +524,8 @@ def _tuning_record(state, after, outcome, budget, tuning_s, store, copied: int) 
         "reused": outcome is None and after.usable,  # no search ran: the records came from a log
         "trials_budget_in_log": int(after.meta.get("trials_budget", 0)),
         "trials_in_log": after.records,
-        "trials_measured": max(after.records - state.records - copied, 0),  # copied: records taken from the store
+        # not trials: records taken from the store, and candidates the time budget left unbuilt
+        "trials_measured": max(after.records - state.records - not_trials, 0),
         "trials_per_task_cap": budget.trials_per_task,
         "minutes_budget": budget.minutes,
         "stopped_by": outcome.stopped_by if outcome else None,

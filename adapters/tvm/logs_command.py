@@ -16,11 +16,12 @@ LOG_FILES = (WORKLOAD_FILE, RECORD_FILE, META_FILE)
 
 
 NAME = "tuning-logs"
+ALIASES = ("tvm-logs",)  # the name issue 58 asked for; both run this command
 TuningLogsUsage = CommandUsage
 
 
 def add_parser(sub) -> None:
-    tl = sub.add_parser(NAME, help="list, show, prune, export or import stored TVM tuning logs")
+    tl = sub.add_parser(NAME, aliases=list(ALIASES), help="list, show, prune, export or import stored TVM tuning logs")
     tl.add_argument("--tuning-logs", default="tuning_logs", metavar="DIR")
     actions = tl.add_subparsers(dest="action")
     actions.add_parser("list", help="every stored log (the default)")

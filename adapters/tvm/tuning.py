@@ -67,6 +67,9 @@ class TuningOutcome:
     profile: dict[str, float]
     settings: dict[str, Any]
     curve: list[dict[str, float | None]]
+    # candidates not built because the time budget was spent (MetaSchedule records each as a
+    # failed trial; they are no trial here)
+    skipped: int = 0
 
 
 def tune(tasks: list, target: Any, work_dir: str, budget: TuningBudget, settings: SearchSettings,
@@ -93,7 +96,7 @@ def tune(tasks: list, target: Any, work_dir: str, budget: TuningBudget, settings
             max_trials_per_task=budget.trials_per_task or budget.trials,
             num_trials_per_iter=settings.trials_per_round,
             builder=PooledBuilder.create(timeout_sec=120, initializer=initializer,
-                                         restart_rounds=settings.builder_restart_rounds),
+                                         restart_rounds=settings.builder_restart_rounds, deadline=monitor.deadline),
             runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
                 number=settings.evaluator_number, repeat=1, min_repeat_ms=settings.evaluator_min_repeat_ms)),
             cost_model=ms.cost_model.XGBModel(num_warmup_samples=settings.cost_model_warmup_samples,
@@ -101,7 +104,7 @@ def tune(tasks: list, target: Any, work_dir: str, budget: TuningBudget, settings
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor])
     return TuningOutcome(stopped_by=monitor.stop_reason or "trials",
                          profile={k: round(float(v), 3) for k, v in profiler.get().items()},
-                         settings=asdict(settings), curve=list(monitor.curve))
+                         settings=asdict(settings), curve=list(monitor.curve), skipped=monitor.skipped)
 
 
 FAILED_MS = 1e8  # MetaSchedule records a failed candidate with a huge latency
@@ -170,7 +173,7 @@ class RoundMonitor:
                 super().__init__()
                 self.start = time.monotonic()
                 self.deadline = None if minutes is None else self.start + 60.0 * minutes
-                self.stop_reason, self.curve, self.trials, self.best = None, [], 0, {}
+                self.stop_reason, self.curve, self.trials, self.best, self.skipped = None, [], 0, {}, 0
                 self.tried, self.exhausted = set(), set()
                 self.round_ends, self.task_trials, self.space_sizes = [self.start], {}, {}
 
@@ -188,7 +191,9 @@ class RoundMonitor:
                 tasks = list(task_scheduler.tasks_)
                 now = time.monotonic()
                 self.round_ends.append(now)
-                self._record(tasks, task_id, runner_results)
+                skipped = sum(b.error_msg == SKIPPED for b in builder_results)
+                self.skipped += skipped
+                self._record(tasks, task_id, runner_results, skipped)
                 save(self.trials)
                 self.task_trials[task_id] = self.task_trials.get(task_id, 0) + len(runner_results)
                 if candidates and not self._space_measured(tasks[task_id], task_id, len(candidates)):
@@ -200,9 +205,10 @@ class RoundMonitor:
                 elif all(i in self.exhausted or t.is_terminated for i, t in enumerate(tasks)):
                     self._stop(tasks, task_id, "space exhausted")
 
-            def _record(self, tasks, task_id, runner_results) -> None:
-                self.trials += len(runner_results)
-                self.tried.add(task_id)
+            def _record(self, tasks, task_id, runner_results, skipped: int) -> None:
+                built = len(runner_results) - skipped
+                self.trials += built
+                self.tried |= {task_id} if built else set()  # a round the deadline left unbuilt is no try
                 best_now = round_best_ms(runner_results)
                 if best_now is not None:
                     self.best[task_id] = min(best_now, self.best.get(task_id, best_now))
@@ -228,13 +234,23 @@ class StopTuning(Exception):
     """Raised from the round monitor to end MetaSchedule's tuning loop."""
 
 
+# A candidate the builder did not build: the time budget was spent before its round began.
+SKIPPED = "dlcompare: the time budget was spent before this round was built"
+
+
 class PooledBuilder:
     """MetaSchedule's LocalBuilder with one process pool kept across rounds: TVM starts a
     fresh pool every round (against a leak in long-lived workers), and each new worker
-    pays for importing TVM. Here the pool is renewed every ``restart_rounds`` rounds."""
+    pays for importing TVM. Here the pool is renewed every ``restart_rounds`` rounds.
+
+    Past the ``deadline`` (the time budget), a round after the first is not built: MetaSchedule's
+    gradient scheduler first sends every task a round before any result comes back to the
+    round monitor, so a model of many tasks overran its budget by that sweep (resnet50: 28
+    tasks, 6.9 min of tuning at a 2-minute budget). Its candidates come back as failed builds,
+    the task keeps the records it had, and a task with none builds with the default rules."""
 
     @staticmethod
-    def create(timeout_sec: float, initializer, restart_rounds: int):
+    def create(timeout_sec: float, initializer, restart_rounds: int, deadline: float | None = None):
         from tvm.ir.utils import derived_object
         from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder, local_builder
         from tvm.s_tir.meta_schedule.utils import cpu_count
@@ -264,6 +280,8 @@ class PooledBuilder:
                 return self.pool
 
             def build(self, build_inputs):
+                if self.rounds and deadline is not None and time.monotonic() >= deadline:
+                    return [BuilderResult(None, SKIPPED) for _ in build_inputs]
                 jobs = [(None, None, b.mod, b.target, local_builder._serialize_params(b.params)) for b in build_inputs]
                 results = []
                 for done in self._pool().map_with_error_catching(lambda job: local_builder._worker_func(*job), jobs):
