@@ -80,6 +80,7 @@ def test_interrupt_keeps_every_finished_cell(tmp_path, sig, code):
     assert after["run_id"] in history.stdout
 
 
+@pytest.mark.slow  # 30-50 s: the slow tier (CI runs it too), to keep the default suite under 15 min in CI
 def test_an_interrupted_pass_leaves_partial_cells_that_resume_completes(tmp_path):
     """With --processes 2 a cell measured in the first pass only is kept, marked transient,
     and --resume measures it again in full."""

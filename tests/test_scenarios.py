@@ -65,6 +65,7 @@ def test_single_stream_config_asks_for_enough_requests(tmp_path):
     assert config.timing["min_samples"] * 3 >= 1000
 
 
+@pytest.mark.slow  # 30-50 s: the slow tier (CI runs it too), to keep the default suite under 15 min in CI
 def test_single_stream_run_reports_request_percentiles(tmp_path):
     proc = run_cli("--scenario", "single-stream", "--backends", "ort", "--workloads", "mlp", "--size", "small",
                    "--processes", "2", "--reference-processes", "1", "--time-budget", "0.5", "--threads", "1",

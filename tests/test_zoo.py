@@ -202,6 +202,7 @@ def test_an_onnx_file_takes_its_graph_inputs_with_symbolic_dims_made_concrete(tm
         resolve_workloads(None, [f"onnx:{tmp_path / 'bad.onnx'}"], suite="none")
 
 
+@pytest.mark.slow  # 30-50 s: the slow tier (CI runs it too), to keep the default suite under 15 min in CI
 def test_an_onnx_file_goes_through_each_onnx_frontend_and_torch_only_backends_say_why(tmp_path):
     proc = run_cli("--model", f"onnx:{_onnx_file(tmp_path / 'tiny.onnx')}", "--backends",
                    "inductor,ort,openvino,tvm-untuned,iree", *FAST, "--processes", "1", "--output-dir", tmp_path / "run")
