@@ -194,10 +194,15 @@ def plot_tuning_curves(results: RunResults) -> str | None:
     return _figure_to_data_uri(fig)
 
 
+def _peers(results: RunResults, cell) -> list:
+    """The measured cells of the cell's workload, size and device, itself included."""
+    return [c for c in _ok_cells(results) if (c.label, c.size, c.device) == (cell.label, cell.size, cell.device)]
+
+
 def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
     """Eager's and the best backend's latencies for the cell's workload, and the tuned
     build's measured latency at the end of its curve."""
-    peers = [c for c in _ok_cells(results) if (c.label, c.size, c.device) == (cell.label, cell.size, cell.device)]
+    peers = _peers(results, cell)
     eager = next((c for c in peers if c.is_reference), None)
     others = [c for c in peers if not c.is_reference and c.backend != cell.backend]
     if eager is not None:
@@ -214,9 +219,8 @@ def _reference_lines(ax, results: RunResults, cell, x_end) -> None:
 def _other_tuners(ax, results: RunResults, cell) -> None:
     """Every other backend that tuned this workload (Inductor's max-autotune: its GEMM
     autotuning), as a point at its own tuning seconds and its measured latency."""
-    for other in _ok_cells(results):
-        if ((other.label, other.size, other.device) == (cell.label, cell.size, cell.device)
-                and other.backend != cell.backend and other.costs.tuning_s):
+    for other in _peers(results, cell):
+        if other.backend != cell.backend and other.costs.tuning_s:
             ax.plot([other.costs.tuning_s], [other.latency.median], "s", label=f"{other.backend} (its tuning s)")
 
 
