@@ -25,9 +25,14 @@ from typing import Any, Sequence
 from .base import Backend, BackendOptions, BackendUnavailable, CompileContext, CompileResult, option
 from .llm_session import SessionPart, shared_session
 
-# transformers class -> gguf.MODEL_ARCH member; Llama's q/k need llama.cpp's rotary layout.
-ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2", "Gemma3ForCausalLM": "GEMMA3"}
-PERMUTED = {"LLAMA"}
+# transformers class -> gguf.MODEL_ARCH member; Llama's and Granite's q/k need llama.cpp's rotary
+# layout (convert_hf_to_gguf's LlamaModel and its GraniteModel subclass permute; OlmoeModel does not).
+ARCHES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2", "Gemma3ForCausalLM": "GEMMA3",
+          "OlmoeForCausalLM": "OLMOE", "GraniteMoeForCausalLM": "GRANITE_MOE"}
+PERMUTED = {"LLAMA", "GRANITE_MOE"}
+# Granite's muP multipliers under llama.cpp's names (convert_hf_to_gguf's GraniteModel)
+GRANITE_SCALES = {"attention_multiplier": "add_attention_scale", "embedding_multiplier": "add_embedding_scale",
+                  "residual_multiplier": "add_residual_scale", "logits_scaling": "add_logit_scale"}
 # Gemma's RMSNorm scales by (1 + weight); llama.cpp's by weight: convert_hf_to_gguf adds 1.
 NORM_SHIFTED = {"GEMMA3"}
 # --dtype -> (the file llama.cpp runs, the KV cache type): the cache follows the activations.
@@ -77,42 +82,13 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
     if arch_name is None:
         raise BackendUnavailable(f"dlcompare's GGUF writer covers {', '.join(ARCHES)}; not {type(lm).__name__}")
     arch = getattr(gguf.MODEL_ARCH, arch_name)
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(float(rope_theta(config)))
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_vocab_size(config.vocab_size)
-    if getattr(config, "sliding_window", None):  # Gemma 3's local layers (llama.cpp sets their 5:1 pattern)
-        writer.add_sliding_window(config.sliding_window)
+    _write_fields(writer, config, arch_name)
     writer.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                           "BF16": gguf.LlamaFileType.MOSTLY_BF16}[file_type])
-    writer.add_tokenizer_model("none")
-    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     written = 0
-    for name, tensor in lm.state_dict().items():
-        if tied and name == "lm_head.weight":
-            continue  # llama.cpp reads the output projection from token_embd when output.weight is absent
-        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        if target is None:
-            raise BackendUnavailable(f"no GGUF name for {name}")
-        data = tensor.detach().float().cpu().numpy()
-        if arch_name in NORM_SHIFTED and name.endswith("norm.weight"):
-            data = data + 1.0
-        if arch_name in PERMUTED and name.endswith("q_proj.weight"):
-            data = permute_rotary(data, heads)
-        elif arch_name in PERMUTED and name.endswith("k_proj.weight"):
-            data = permute_rotary(data, kv_heads)
+    for target, data in _gguf_tensors(lm, arch, arch_name, tied):
         # 1-D tensors (norms, biases) stay F32, as convert_hf_to_gguf keeps them
         if file_type == "F16" and data.ndim > 1:
             writer.add_tensor(target, data.astype(np.float16))
@@ -127,7 +103,80 @@ def write_gguf(lm: Any, path: Path, file_type: str) -> dict[str, Any]:
     writer.write_tensors_to_file()
     writer.close()
     return {"arch": gguf.MODEL_ARCH_NAMES[arch], "tensors": written, "tied_output": tied,
-            "bytes": path.stat().st_size}
+            "experts": _experts(config), "bytes": path.stat().st_size}
+
+
+def _experts(config: Any) -> tuple[int, int] | None:
+    """(experts, experts per token) of a mixture-of-experts config; None for a dense one."""
+    count = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+    return (int(count), int(config.num_experts_per_tok)) if count else None
+
+
+def _write_fields(writer: Any, config: Any, arch_name: str) -> None:
+    """The hyperparameters llama.cpp reads, as convert_hf_to_gguf's model class writes them."""
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)  # per expert in a MoE
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(rope_theta(config)))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    if getattr(config, "sliding_window", None):  # Gemma 3's local layers (llama.cpp sets their 5:1 pattern)
+        writer.add_sliding_window(config.sliding_window)
+    if (experts := _experts(config)) is not None:
+        writer.add_expert_count(experts[0])
+        writer.add_expert_used_count(experts[1])
+    if arch_name == "GRANITE_MOE":
+        for field, add in GRANITE_SCALES.items():
+            getattr(writer, add)(float(getattr(config, field)))
+    writer.add_tokenizer_model("none")
+
+
+def _gguf_tensors(lm: Any, arch: Any, arch_name: str, tied: bool):
+    """(GGUF name, float32 array) for each weight, in llama.cpp's names and layouts."""
+    import gguf
+
+    config = lm.config
+    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    for name, tensor in lm.state_dict().items():
+        if tied and name == "lm_head.weight":
+            continue  # llama.cpp reads the output projection from token_embd when output.weight is absent
+        data = tensor.detach().float().cpu().numpy()
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj", "router.weight")):
+            yield from _expert_tensors(name, data)
+            continue
+        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if target is None:
+            raise BackendUnavailable(f"no GGUF name for {name}")
+        if arch_name in NORM_SHIFTED and name.endswith("norm.weight"):
+            data = data + 1.0
+        if arch_name in PERMUTED and name.endswith("q_proj.weight"):
+            data = permute_rotary(data, config.num_attention_heads)
+        elif arch_name in PERMUTED and name.endswith("k_proj.weight"):
+            data = permute_rotary(data, config.num_key_value_heads)
+        yield target, data
+
+
+def _expert_tensors(name: str, data: Any):
+    """transformers 5's fused experts as llama.cpp's stacked ones: gate_up_proj [experts, 2 x ffn,
+    hidden] splits into ffn_gate_exps and ffn_up_exps (gate first, as the forward's ``chunk``);
+    down_proj [experts, hidden, ffn] is ffn_down_exps; Granite's router is ffn_gate_inp."""
+    block = f"blk.{int(name.split('layers.')[1].split('.')[0])}"
+    if name.endswith("router.weight"):
+        yield f"{block}.ffn_gate_inp.weight", data
+    elif name.endswith("down_proj"):
+        yield f"{block}.ffn_down_exps.weight", data
+    else:
+        ffn = data.shape[1] // 2
+        yield f"{block}.ffn_gate_exps.weight", data[:, :ffn].copy()
+        yield f"{block}.ffn_up_exps.weight", data[:, ffn:].copy()
 
 
 def rope_theta(config: Any) -> float:

@@ -139,4 +139,7 @@ def test_the_zoos_moe_decoders_generate_with_suite_llm():
     for entry in ("olmoe", "granite_moe"):
         picked = {w.name: w for w in resolve_workloads(None, [f"hf:{entry}"], "llm")}
         decode = picked[f"{entry}_decode"]
-        assert decode.source == f"zoo:{entry}" and decode.params("small")["prompt"] == 8
+        assert decode.source == f"hf:{entry}" and decode.params("small")["prompt"] == 8
+        # a worker resolves a cell's workload by name from the specs its cell carries (the source)
+        (again,) = resolve_workloads([decode.name], [decode.source])
+        assert again.params("small") == decode.params("small")
