@@ -173,6 +173,8 @@ def test_openvino_runs_under_a_preloaded_allocator(tmp_path, allocator):
     assert cell["status"] == "ok" and cell["allocator"] == allocator and cell["settings"]["TBB_ENABLE_SANITIZERS"] == "1"
 
 
+# slow tier (CI runs it): 40 s of the default suite's 15 minutes
+@pytest.mark.slow
 def test_the_decode_step_holds_its_kv_cache_as_state_and_generates_eagers_tokens(tmp_path):
     """--openvino-llm-state stateful (the default): MakeStateful on the step's cache inputs and
     outputs; the tokens agree with eager's as the explicit step's do (a variant in the same run)."""

@@ -111,6 +111,8 @@ def test_report_regenerates_tables(small_run, tmp_path):
     assert "elementwise_chain" in (out / "summary.md").read_text()
 
 
+# slow tier (CI runs it): 40 s of the default suite's 15 minutes
+@pytest.mark.slow
 def test_processes_pool_pairs_from_fresh_workers(tmp_path):
     proc = run_cli("--backends", "ort", "--workloads", "mlp,conv", "--size", "small", "--processes", "2",
                    "--reference-processes", "1", "--time-budget", "0.3", "--min-samples", "4", "--threads", "1",
