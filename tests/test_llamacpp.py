@@ -12,11 +12,12 @@ needs_llamacpp = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is Non
 
 
 def _small_lm(zoo_name: str):
+    """The causal LM inside the decode workload that ``--model hf:ZOO_NAME`` makes, at small size."""
     from workloads import build_model
-    from workloads.llm import HF_DECODERS, hf_decode_workload
+    from workloads.zoo.intake import spec_workloads
 
-    name = next(n for n, zoo in HF_DECODERS.items() if zoo == zoo_name)
-    return build_model(hf_decode_workload(name, zoo_name), "small", 0).lm
+    (decode,) = [w for w in spec_workloads(f"hf:{zoo_name}") if w.name.endswith("_decode")]
+    return build_model(decode, "small", 0).lm
 
 
 @pytest.mark.unit
@@ -84,14 +85,6 @@ def test_the_gguf_file_names_every_tensor_as_llama_cpp_reads_it(tmp_path, family
     assert list(names["token_embd.weight"].shape) == [config.hidden_size, config.vocab_size]  # GGUF dims reversed
 
 
-def _small_zoo_lm(zoo_name: str):
-    from workloads import build_model
-    from workloads.zoo.intake import spec_workloads
-
-    (decode,) = [w for w in spec_workloads(f"hf:{zoo_name}") if w.name.endswith("_decode")]
-    return build_model(decode, "small", 0).lm
-
-
 @needs_gguf
 @pytest.mark.unit
 @pytest.mark.parametrize("family, arch", [("olmoe", "olmoe"), ("granite_moe", "granitemoe")])
@@ -103,7 +96,7 @@ def test_the_moe_decoders_experts_are_stacked_as_llama_cpp_reads_them(tmp_path, 
 
     from adapters.llamacpp import write_gguf
 
-    lm = _small_zoo_lm(family)
+    lm = _small_lm(family)
     config = lm.config
     written = write_gguf(lm, tmp_path / "m.gguf", "F32")
     reader = gguf.GGUFReader(tmp_path / "m.gguf")
