@@ -253,6 +253,15 @@ def test_a_module_that_fails_to_compile_names_itself_and_keeps_its_kind(tmp_path
         compile_part(Refusing(RuntimeError("NOT_IMPLEMENTED: no kernel for Expand")), None, [], ctx, "prefill", "bf16")
     with pytest.raises(RuntimeError, match="^prefill: RuntimeError"):  # fp32: a failure, not a missing feature
         compile_part(Refusing(RuntimeError("NOT_IMPLEMENTED: no kernel for Expand")), None, [], ctx, "prefill")
+    # the frontend's own messages stay behind the one-line failure, where the matrix reads the op
+    wrapped = RuntimeError("ConversionError: (Refer to the full stack trace above for more information.)")
+    wrapped.__cause__ = ValueError("No ONNX function found for <OpOverload(op='transformers.grouped_mm_fallback'")
+    with pytest.raises(RuntimeError) as failed:
+        compile_part(Refusing(wrapped), None, [], ctx, "prefill")
+    from compare.report.coverage import unsupported_op
+    from compare.worker.steps import failure_info
+
+    assert unsupported_op(failure_info(failed.value)["error_text"]) == "transformers.grouped_mm_fallback"
 
 
 @pytest.mark.unit

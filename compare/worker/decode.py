@@ -112,7 +112,9 @@ def compile_part(backend, module, examples: list, ctx, part: str, dtype: str = "
             if isinstance(refusal, BackendUnavailable):
                 raise refusal from None
         traceback.print_exc()
-        raise RuntimeError(f"{part}: {steps.one_line(exc, 360, keep_end=True)}") from None
+        # chained: the coverage matrix reads the op from the messages behind it (torch.onnx names
+        # it in the exception its ConversionError wraps)
+        raise RuntimeError(f"{part}: {steps.one_line(exc, 360, keep_end=True)}") from exc
 
 
 def compile_both(backend, setup: DecodeSetup, ctx, spec: CellSpec, loaded: dict):
