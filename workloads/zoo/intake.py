@@ -57,13 +57,12 @@ def decode_workloads(entry: dict[str, Any], spec: str) -> list[Workload]:
 
     path = spec_path(spec)
     takes = entry.get("family") == "decoder" and entry.get("config", {}).get("model_type") in DECODE_MODEL_TYPES
-    if path in entry_names():  # a zoo entry: the decode suite's own, else one of its name (the MoE decoders)
-        own = [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == path]
-        # the spec as its source, so that a worker finds it again through the run's --model specs
-        return own or ([decode_workload(f"{path}_decode", entry, spec, SIZES)] if takes else [])
-    if not takes:
-        return []
-    return [decode_workload(f"{entry['name']}_decode", entry, spec, SIZES)]
+    own = [hf_decode_workload(name, zoo) for name, zoo in HF_DECODERS.items() if zoo == path]
+    if own:  # a zoo entry the decode suite has as its own
+        return own
+    # any other (a user's folder, the zoo's MoE decoders) with the spec as its source, so that a
+    # worker finds it again through the run's --model specs
+    return [decode_workload(f"{entry['name']}_decode", entry, spec, SIZES)] if takes else []
 
 
 # Every --size: a zoo entry at its shrunk test size or published size; a user's model as
