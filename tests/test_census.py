@@ -31,6 +31,21 @@ def test_a_config_is_shrunk_with_heads_that_divide_the_width_and_parts_shrunk_to
 
 
 @pytest.mark.unit
+def test_a_default_config_whose_special_tokens_lie_past_its_vocabulary_gets_a_vocabulary_that_holds_them():
+    from workloads.zoo.census import covering_vocab
+
+    # LLaVA's defaults: image token 32000 in a 32000-token Llama; the text part's overrides stay.
+    llava = {"image_token_index": 32000, "text_config": {"model_type": "llama", "vocab_size": 32000, "bos_token_id": 1}}
+    shrunk_llava = {"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 64}}
+    assert covering_vocab(llava, shrunk_llava) == {
+        "model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 64, "vocab_size": 32001}}
+    assert covering_vocab({"vocab_size": 100, "image_token_id": 150}, {"model_type": "x"}) == \
+        {"model_type": "x", "vocab_size": 151}
+    inside = {"vocab_size": 200, "image_token_id": 150}
+    assert covering_vocab(inside, {"model_type": "x"}) == {"model_type": "x"}
+
+
+@pytest.mark.unit
 def test_the_other_rules_keep_the_head_size_or_every_width_and_shrink_layers_and_experts():
     from workloads.zoo.census import shrunk
 

@@ -35,7 +35,8 @@ for w in resolve_workloads(None, sys.argv[1:], "none"):
     specs = w.input_specs("small")
     y = build_model(w, "small")(*make_inputs(specs))
     out.append({"name": w.name, "description": w.description, "family": w.tags[-1],
-                "inputs": {s.name: list(s.shape) for s in specs}, "shape": list(y.shape), "finite": bool(torch.isfinite(y).all())})
+                "inputs": {s.name: list(s.shape) for s in specs}, "shape": list(y.shape), "finite": bool(torch.isfinite(y).all()),
+                "note": getattr(build_model(w, "small"), "build_note", None)})
 print(json.dumps(out))
 """
 
@@ -56,6 +57,23 @@ def test_vision_segmentation_audio_and_moe_configs_are_read_from_their_classes()
         assert got["family"] == family and got["inputs"] == inputs, got
         assert f").{field} (the first field of " in got["description"], got["description"]
         assert got["shape"] == shape and got["finite"], got
+
+
+def test_a_vision_language_models_prompt_holds_its_image_placeholders_and_its_processors_layout():
+    # LLaVA: the CLIP tower's 4 x 4 patches (the CLS feature dropped) are 16 placeholders, and
+    # the processor's 224-pixel default gives way to the config's 32. Qwen2-VL: its processor
+    # flattens 224 x 224 pixels into 256 patches of 2 x 14 x 14 x 3 with a (1, 16, 16) grid
+    # beside them; merged 2 x 2 they are 64 placeholders, between vision start and end.
+    built = {b["name"]: b for b in _resolve_and_build(f"hf:{INTAKE / 'llava.json'}", f"hf:{INTAKE / 'qwen2_vl.json'}")}
+    llava, qwen = built["llava"], built["qwen2_vl"]
+    assert llava["family"] == qwen["family"] == "multimodal"
+    assert llava["inputs"] == {"input_ids": [1, 64], "attention_mask": [1, 64], "pixel_values": [1, 3, 32, 32]}, llava
+    assert llava["note"].startswith("prompt: 16 image placeholder tokens (id 999) before the text ids"), llava["note"]
+    assert llava["shape"] == [1, 16 + 64, 1000] and llava["finite"], llava
+    assert qwen["inputs"]["pixel_values"] == [256, 1176], qwen
+    assert "64 image placeholder tokens (id 990, between vision start/end)" in qwen["note"], qwen["note"]
+    assert "constants beside them: image_grid_thw" in qwen["note"], qwen["note"]
+    assert qwen["shape"][:2] == [1, 1 + 64 + 1 + 128] and qwen["finite"], qwen
 
 
 def test_several_configs_from_one_folder_are_all_run_and_named_after_their_files(tmp_path):

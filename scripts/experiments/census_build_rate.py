@@ -4,7 +4,9 @@ each in a child process of its own (a model that crashes or hangs costs its own 
 at a time. Prints the counts per source and the most common reasons a model did not build,
 and writes every row to a JSON file.
 
-    python scripts/experiments/census_build_rate.py [OUT.json] [JOBS=2] [TIMEOUT_S=120]
+    python scripts/experiments/census_build_rate.py [OUT.json] [JOBS=2] [TIMEOUT_S=120] [KIND]
+
+KIND (``text_image``, ``image``...) attempts only the census's models of that input kind.
 
 Evidence for the census page (issue 57): what the census attempts and what builds.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''
-import json, sys, torch
+import json, re, sys, torch
 from workloads import build_model, make_inputs
 from workloads.zoo.census import census_workload
 w = census_workload(sys.argv[1])
@@ -31,7 +33,10 @@ else:
         row["stage"] = "build"
         model = build_model(w, "small")
         row["params"] = sum(p.numel() for p in model.parameters())
-        row["rule"] = "tiny" if not hasattr(model, "build_note") else model.build_note.split("'")[1]
+        rule = re.search(r"shrunk by the '(\w+)' rule", getattr(model, "build_note", ""))
+        row["rule"] = rule.group(1) if rule else "tiny"
+        if "prompt: " in getattr(model, "build_note", ""):
+            row["prompt"] = model.build_note.split("prompt: ")[1]
         row["stage"] = "forward"
         with torch.no_grad():
             out = model(*make_inputs(w.input_specs("small")))
@@ -64,6 +69,10 @@ def main() -> None:
     from workloads.zoo.census import census_specs
 
     specs = census_specs()
+    if len(sys.argv) > 4:
+        from workloads.zoo.census import census_workload
+
+        specs = tuple(s for s in specs if census_workload(s).sizes["small"].get("kind") == sys.argv[4])
     start = time.time()
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         rows = list(pool.map(lambda s: attempt(s, timeout_s), specs))

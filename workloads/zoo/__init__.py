@@ -119,8 +119,7 @@ def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
     shapes = {"ids": ((b, params.get("seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
               "mask": ((b, params.get("seq", 0)), "int64", "ones"),
               "decoder_ids": ((b, params.get("decoder_seq", 0)), "int64", f"randint:{params.get('vocab', 2)}"),
-              "image": ((b, *([params["video_frames"]] if params.get("video_frames") else []), params.get("channels", 3),
-                         params.get("image", 0), params.get("image", 0)), "float32", "randn"),
+              "image": (pixel_shape(params), "float32", "randn"),
               "mel": ((b, *(params.get("features") or (params.get("mel_bins", 0), params.get("frames", 0)))), "float32",
                       "randn"),
               "waveform": ((b, params.get("samples", 0)), "float32", "randn")}
@@ -129,6 +128,15 @@ def input_specs(params: Mapping[str, Any]) -> list[TensorSpec]:
         shape, dtype, init = shapes[role]
         specs.append(TensorSpec(shape, dtype, name=name, init=init))
     return specs
+
+
+def pixel_shape(params: Mapping[str, Any]) -> tuple[int, ...]:
+    """The pixels' shape: the image processor's layout where intake read one (a VLM's
+    patches or tiles, batch 1), else batch, [frames,] channels, side, side."""
+    if params.get("pixel_shape"):
+        return tuple(params["pixel_shape"])
+    frames = [params["video_frames"]] if params.get("video_frames") else []
+    return (params["batch"], *frames, params.get("channels", 3), params.get("image", 0), params.get("image", 0))
 
 
 def size_params(entry: Mapping[str, Any], size: str, origin: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from . import ENCODER_ONLY, import_torchvision, input_names, load_entry, offline_imports, sized_config
+from . import ENCODER_ONLY, import_torchvision, input_names, load_entry, offline_imports, size_params, sized_config
 from .onnx_file import REFERENCE, input_specs
 
 ATTENTION = "sdpa"  # transformers' default attention on CPU, named so every backend gets the same graph
@@ -20,15 +20,29 @@ class Called(nn.Module):
     """The model called as real inference calls it: keyword inputs by name, one output
     (a ModelOutput field or a dict key; a tensor as it is)."""
 
-    def __init__(self, model: nn.Module, names: list[str] | None, output: str | None, extra: Mapping[str, Any]):
+    def __init__(self, model: nn.Module, names: list[str] | None, output: str | None, extra: Mapping[str, Any],
+                 prompt_prefix: list[int] | None = None):
         super().__init__()
         self.model, self.names, self.output, self.extra = model, names, output, dict(extra)
+        # A VLM's image placeholder tokens (``image_prompt``), put before the text ids as its
+        # processor puts them where the prompt names an image.
+        if prompt_prefix:
+            self.register_buffer("prefix", torch.tensor(prompt_prefix, dtype=torch.long), persistent=False)
+        else:
+            self.prefix = None
 
     def forward(self, *tensors):
         if self.names is None:  # timm and torchvision take the image positionally
             out = self.model(*tensors)
         else:
-            out = self.model(**dict(zip(self.names, tensors)), **self.extra)
+            inputs = dict(zip(self.names, tensors))
+            if self.prefix is not None:
+                ids = inputs["input_ids"]
+                inputs["input_ids"] = torch.cat([self.prefix.expand(ids.shape[0], -1), ids], dim=1)
+                if "attention_mask" in inputs:
+                    mask = inputs["attention_mask"]
+                    inputs["attention_mask"] = torch.cat([mask.new_ones(mask.shape[0], self.prefix.numel()), mask], 1)
+            out = self.model(**inputs, **self.extra)
         if self.output is None:
             return out
         return out[self.output] if isinstance(out, dict) else getattr(out, self.output)
@@ -70,8 +84,53 @@ def entry_model(entry: Mapping[str, Any], size: str) -> nn.Module:
     model = {"hf": hf_model, "timm": timm_model, "torchvision": torchvision_model}[entry["source"]](entry, size)
     names = [name for name, _ in input_names(entry["inputs"]["kind"])] if entry["source"] == "hf" else None
     accepted = inspect.signature(model.forward).parameters
-    extra = {"use_cache": False} if "use_cache" in accepted else {}
-    return Called(model.eval(), names, entry.get("output"), extra)
+    extra: dict[str, Any] = {"use_cache": False} if "use_cache" in accepted else {}
+    if entry["inputs"]["kind"] != "text_image":
+        return Called(model.eval(), names, entry.get("output"), extra)
+    constants = {k: torch.tensor(v) for k, v in entry["inputs"].get("image_extra", {}).items() if k in accepted}
+    prefix, note = image_prompt(model.eval(), entry, size, constants)
+    if prefix and "mm_token_type_ids" in accepted:  # which tokens are the image's (1), for M-RoPE
+        token = prefix[len(prefix) // 2]
+        types = [int(t == token) for t in prefix] + [0] * int(size_params(entry, size, "image_prompt")["seq"])
+        constants["mm_token_type_ids"] = torch.tensor([types], dtype=torch.int32)
+    called = Called(model, names, entry.get("output"), {**extra, **constants}, prefix)
+    called.build_note = note
+    return called
+
+
+def image_prompt(model: nn.Module, entry: Mapping[str, Any], size: str,
+                 constants: Mapping[str, torch.Tensor]) -> tuple[list[int], str]:
+    """A VLM's prompt prefix: as many image placeholder tokens as its vision tower gives
+    features for the workload's pixels (``get_image_features``, counted as the model counts
+    them: elements over the feature width), between the vision start/end tokens where the
+    config has them; and a note saying so. No prefix where the model has no such call or
+    token: its forward then fails with its own error."""
+    from workloads import make_inputs
+
+    from . import entry_workload
+
+    config = model.config
+    token = next((getattr(config, k) for k in ("image_token_id", "image_token_index")
+                  if isinstance(getattr(config, k, None), int)), None)
+    features_of = getattr(model, "get_image_features", None)
+    if token is None or features_of is None:
+        return [], "no image placeholder tokens: the config names no image token or the model no get_image_features"
+    specs = entry_workload(entry, "image_prompt").input_specs(size)
+    pixels = next(t for s, t in zip(specs, make_inputs(specs)) if s.name == "pixel_values")
+    taken = inspect.signature(features_of).parameters
+    with torch.no_grad():
+        out = features_of(pixel_values=pixels, **{k: v for k, v in constants.items() if k in taken})
+    features = getattr(out, "pooler_output", None) if not isinstance(out, (torch.Tensor, list, tuple)) else out
+    parts = [features] if isinstance(features, torch.Tensor) else list(features or [])
+    count = sum(f.numel() // f.shape[-1] for f in parts)
+    start, end = (getattr(config, k, None) for k in ("vision_start_token_id", "vision_end_token_id"))
+    wrap = isinstance(start, int) and isinstance(end, int)
+    prefix = ([start] if wrap else []) + [token] * count + ([end] if wrap else [])
+    extras = ", ".join(constants) or "none"
+    note = (f"prompt: {count} image placeholder tokens (id {token}{', between vision start/end' if wrap else ''}) "
+            f"before the text ids; pixels in the layout of {entry['inputs'].get('image_processor') or 'the config'}, "
+            f"constants beside them: {extras}")
+    return prefix, note
 
 
 def parameter_count(entry: Mapping[str, Any], size: str) -> int:

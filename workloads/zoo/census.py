@@ -22,7 +22,9 @@ CENSUS_SEQ = 32  # tokens of a text input: a tiny census, not a published size
 # from them (layer_types, stage_names) follow.
 LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
           "num_encoder_layers", "num_decoder_layers")
-WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim")
+# A vision tower's output width (Qwen2.5-VL's out_hidden_size, PaliGemma's projection_dim) must
+# meet the text model's: shrunk with the widths.
+WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim")
 HEADS = ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads",
          "num_heads")
 FFN = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -102,7 +104,24 @@ def transformers_types() -> list[str]:
 
 def tiny_config(model_type: str, rule: str = "tiny", cut_lists: bool = False) -> dict[str, Any]:
     """``model_type``'s default config as overrides that shrink it by ``rule`` (a JSON config)."""
-    return {"model_type": model_type, **shrunk(default_config(model_type), rule, cut_lists)}
+    defaults = default_config(model_type)
+    return covering_vocab(defaults, {"model_type": model_type, **shrunk(defaults, rule, cut_lists)})
+
+
+def covering_vocab(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its text vocabulary grown to hold the special tokens the defaults name
+    past its end: LLaVA's default image token is 32000 in a 32000-token Llama, which no
+    published checkpoint is (theirs: 32064), and its embedding would be read out of range."""
+    text = defaults.get("text_config") if isinstance(defaults.get("text_config"), dict) else defaults
+    vocab = text.get("vocab_size")
+    special = [v for part in (defaults, text) for k, v in part.items()
+               if k.endswith(("_token_id", "_token_index")) and _int(v)]
+    if not _int(vocab) or not special or max(special) < vocab:
+        return config
+    if text is defaults:
+        return {**config, "vocab_size": max(special) + 1}
+    part = {"model_type": text.get("model_type"), **config.get("text_config", {}), "vocab_size": max(special) + 1}
+    return {**config, "text_config": part}
 
 
 @functools.lru_cache(maxsize=None)  # a type's rules (and their cut variants) all start from it
@@ -248,11 +267,16 @@ def census_model(spec: str, size: str):
         for rule in RULES[RULES.index(entry["rule"]) + 1:]:
             model = other_rule_model(spec, rule, size, inputs, tried)
             if model is not None:
-                model.build_note = f"census: shrunk by the {rule!r} rule (by the {entry['rule']!r} rule: {first})"
-                return model
+                return noted(model, f"census: shrunk by the {rule!r} rule (by the {entry['rule']!r} rule: {first})")
         raise
     if entry["rule"] != RULES[0]:
-        model.build_note = f"census: shrunk by the {entry['rule']!r} rule (transformers refused the tiny config)"
+        noted(model, f"census: shrunk by the {entry['rule']!r} rule (transformers refused the tiny config)")
+    return model
+
+
+def noted(model, note: str):
+    """``model`` with ``note`` first in its ``build_note`` (a VLM's prompt note stays after it)."""
+    model.build_note = note + (f"; {old}" if (old := getattr(model, "build_note", None)) else "")
     return model
 
 

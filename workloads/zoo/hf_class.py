@@ -114,17 +114,12 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
             raise WorkloadError(f"--model {spec}: the config has no vocab_size for {main!r}")
         positions = getattr(cfg.get_text_config(), "max_position_embeddings", None) or TEXT_SEQ
         inputs.update(seq=min(TEXT_SEQ, int(positions)), vocab=int(vocab))
+        if kind == "text_image":  # text ids stay below the image's special tokens (the prompt adds those)
+            inputs["vocab"] = min([int(vocab), *special_token_ids(cfg)])
         if "decoder_ids" in taken:
             inputs["decoder_seq"] = DECODER_SEQ
     if "image" in taken:
-        vision = sub_config(cfg, "vision_config")
-        side = getattr(vision, "image_size", None) or IMAGE_SIDE
-        inputs.update(image=int(side[0] if isinstance(side, (list, tuple)) else side),
-                      channels=int(getattr(vision, "num_channels", 3) or 3))
-        # A video model's config says how many frames a clip has: its pixel_values are 5-D.
-        frames = getattr(cfg, "num_frames", None) or getattr(vision, "num_frames", None)
-        if kind == "image" and isinstance(frames, int) and frames > 0:
-            inputs["video_frames"] = frames
+        inputs.update(image_inputs(cfg, kind))
     if "mel" in taken:
         inputs.update(mel_bins=int(getattr(cfg, "num_mel_bins", 80)),
                       frames=2 * int(getattr(cfg, "max_source_positions", 1500)))
@@ -134,6 +129,77 @@ def inputs_of(spec: str, cls: type, cfg) -> dict[str, Any]:
     if "waveform" in taken:
         inputs["samples"] = WAVEFORM_SAMPLES
     return inputs
+
+
+def image_inputs(cfg, kind: str) -> dict[str, Any]:
+    """The image's side and channels (of ``vision_config`` where there is one), a video
+    model's frames, a vision-language model's layout from its processor."""
+    vision = sub_config(cfg, "vision_config")
+    side = getattr(vision, "image_size", None) or IMAGE_SIDE
+    inputs = {"image": int(side[0] if isinstance(side, (list, tuple)) else side),
+              "channels": int(getattr(vision, "num_channels", 3) or 3)}
+    # A video model's config says how many frames a clip has: its pixel_values are 5-D.
+    frames = getattr(cfg, "num_frames", None) or getattr(vision, "num_frames", None)
+    if kind == "image" and isinstance(frames, int) and frames > 0:
+        inputs["video_frames"] = frames
+    if kind == "text_image":
+        inputs.update(processed_image(cfg, inputs["image"]))
+    return inputs
+
+
+SPECIAL_TOKEN_FLOOR = 100  # ids below this are bos/eos/pad: harmless in a random prompt
+IMAGE_CONSTANT_MAX = 1024  # elements: a processor's tensor beside the pixels kept as a constant
+
+
+def special_token_ids(cfg) -> list[int]:
+    """The config's special token ids above the first few (image, video, vision start/end...),
+    which a random text prompt must not hold: the model counts its image placeholders."""
+    found = []
+    for part in (cfg, cfg.get_text_config()):
+        for key, value in part.to_dict().items():
+            if key.endswith(("_token_id", "_token_index")) and isinstance(value, int) and not isinstance(value, bool) \
+                    and value >= SPECIAL_TOKEN_FLOOR:
+                found.append(value)
+    return found
+
+
+def processed_image(cfg, side: int) -> dict[str, Any]:
+    """What the model type's own image processor makes of one blank ``side`` x ``side``
+    image: the pixel layout it feeds the model (``pixel_shape``: Qwen2-VL's flattened patches,
+    LLaVA-NeXT's tiles) and the small tensors it passes beside them (``image_extra``:
+    ``image_grid_thw``, ``image_sizes``), which the model reads as constants. Empty where
+    transformers names no processor for the type or it cannot run here: the config's layout."""
+    import numpy as np
+    from transformers.models.auto import image_processing_auto
+
+    transformers = transformers_module()
+    names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(getattr(cfg, "model_type", "")) or {}
+    names = list(names.values()) if isinstance(names, dict) else [n for n in names if n]
+    image = np.zeros((side, side, 3), dtype=np.uint8)
+    for name in names:
+        try:
+            with quiet_imports():
+                processor = getattr(transformers, name)()
+                out = processor(images=image, return_tensors="pt")
+                # Its defaults are a checkpoint's, not this config's: keep the config's side.
+                if not fits(out["pixel_values"], side):
+                    out = processor(images=image, return_tensors="pt", do_resize=False, do_center_crop=False)
+            if not fits(out["pixel_values"], side):
+                continue
+        except Exception:  # noqa: BLE001 - a processor that cannot run here leaves the config's layout
+            continue
+        extra = {key: value.tolist() for key, value in out.items()
+                 if key != "pixel_values" and hasattr(value, "numel") and value.numel() <= IMAGE_CONSTANT_MAX}
+        return {"pixel_shape": list(out["pixel_values"].shape), "image_extra": extra, "image_processor": name}
+    return {}
+
+
+def fits(pixels, side: int) -> bool:
+    """Whether a processor's pixels match the config's image side: patches (2-D, Qwen2-VL)
+    are sized by the config's patch, an image or its tiles end in side x side."""
+    if not hasattr(pixels, "ndim"):  # a list of differently sized images: not a layout to feed
+        return False
+    return pixels.ndim < 4 or tuple(pixels.shape[-2:]) == (side, side)
 
 
 FEATURE_AUDIO_S = 2.0  # seconds of silence the feature extractor is asked to describe
