@@ -25,7 +25,7 @@ from .base import (
 from .plugins import named_classes
 
 __all__ = ["Backend", "BackendOptions", "BackendUnavailable", "CacheVerdict", "CommandUsage", "Compiled",
-           "CompileContext", "CompileResult", "backend_classes", "backend_names", "backend_subcommands",
+           "CompileContext", "CompileResult", "backend_class", "backend_classes", "backend_names", "backend_subcommands",
            "flatten_outputs", "get_backend", "split_variant"]
 
 ENTRY_POINT_GROUP = "dlcompare.backends"
@@ -71,6 +71,16 @@ def split_variant(name: str) -> tuple[str, dict[str, str]]:
             raise ValueError(f"backend variant {name!r}: {part!r} is not FLAG=VALUE")
         flags[flag.removeprefix("--")] = value
     return base, flags
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of backend ``name`` (a variant's base), for what it says of its own cells
+    (notes, reproducer, failure verdicts) without being built; the base class for a backend
+    not installed here."""
+    try:
+        return backend_classes().get(split_variant(name)[0], Backend)
+    except ValueError:
+        return Backend
 
 
 def get_backend(name: str) -> Backend:

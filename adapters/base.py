@@ -10,12 +10,14 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
+import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
+from .failures import COMMON_PATTERNS, FailureVerdict, classify_failure
 from .profiling import CrossCheck, KernelProfile, ProfileUnavailable
 
 
@@ -306,6 +308,16 @@ class Backend(ABC):
     # module's ``NAME``, ``add_parser(subparsers)`` and ``run(args, console)``; it raises
     # ``CommandUsage`` for a wrong call. None: none.
     subcommand: str | None = None
+
+    # How this backend's frontend says it cannot take an op (the op is group 1), most specific
+    # first; ``adapters.failures.COMMON_PATTERNS`` follow them. ``classify_failure`` reads them.
+    unsupported_op_patterns: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def classify_failure(cls, info: dict[str, Any], error: str) -> FailureVerdict:
+        """A failed cell of this backend as the coverage matrix classes it: export, convert (the
+        op named) or compile, from its error and what the worker recorded (``info``)."""
+        return classify_failure(info, error, (*cls.unsupported_op_patterns, *COMMON_PATTERNS))
 
     @classmethod
     def gemm_probe(cls) -> tuple[str, Callable[[int], Callable[[], Any]]] | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -81,6 +82,10 @@ class ExecutorchOptions(BackendOptions):
 
 class ExecutorchBackend(Backend):
     name = "executorch"
+    unsupported_op_patterns = (
+        re.compile(r"Operator (?:torch\._ops\.)?([\w.]+) is not in Core ATen opset"),  # its verifier
+        re.compile(r"Missing out variants?: \{'?([\w.:]+)"),
+    )
     rank = 70
     description = "ExecuTorch with the XNNPACK delegate (.pte, ExecuTorch runtime's Python bindings)"
     reproducer = """\

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -218,6 +219,10 @@ def compile_flags(ctx: CompileContext) -> list[str]:
 
 class IreeBackend(Backend):
     name = "iree"
+    unsupported_op_patterns = (
+        re.compile(r"failed to legalize operation 'torch\.operator'.*?name = \"([\w.]+)\""),  # an op torch-mlir kept opaque
+        re.compile(r"failed to legalize operation '([\w.$]+)'"),  # MLIR
+    )
     rank = 50
     description = "IREE (MLIR): iree-turbine export, llvm-cpu codegen for the host CPU"
     reproducer = """\

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -280,6 +281,7 @@ class OpenVinoOptions(BackendOptions):
 
 class OpenVinoBackend(Backend):
     name = "openvino"
+    unsupported_op_patterns = (re.compile(r"No conversion rule found for operations?: ([\w:.]+)"),)  # its PyTorch frontend
     rank = 25
     description = "OpenVINO CPU plugin (convert_model from torch, LATENCY hint, precision pinned)"
     reproducer = """\

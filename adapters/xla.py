@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -94,6 +95,7 @@ class XlaCompiled(Compiled):
 
 class XlaBackend(Backend):
     name = "xla"
+    unsupported_op_patterns = (re.compile(r"AssertionError: ((?:aten|transformers)\.[\w.]+)"),)  # torchax: no lowering
     rank = 60
     description = "XLA:CPU through JAX: torch.export -> torchax -> jax.jit, weights as constants"
     reproducer = """\

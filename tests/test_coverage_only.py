@@ -109,6 +109,33 @@ def test_the_worker_calls_the_backend_once_and_never_times(monkeypatch, tmp_path
     assert set(cell["info"]) == {"float64_reference"}
 
 
+@pytest.mark.unit
+def test_each_backend_classes_its_own_failures_and_the_report_reads_the_verdict_the_worker_recorded():
+    from adapters import backend_class
+    from adapters.failures import FailureVerdict
+    from compare.report import coverage
+    from compare.results.protocol import ended
+    from compare.results.schema import Cell
+    from compare.worker.steps import failure_info
+
+    message = "No conversion rule found for operations: aten.foo"
+    info = {"failed_phase": "compile", "exception": "builtins.RuntimeError", "first_error_line": message,
+            "error_text": f"RuntimeError: {message}"}
+    # OpenVINO's frontend words it so; from a backend whose frontend does not, it names no op
+    assert backend_class("openvino").classify_failure(info, message) == FailureVerdict("fail_convert", "aten.foo")
+    assert Backend.classify_failure(info, message) == FailureVerdict("fail_compile", message)
+    try:
+        raise RuntimeError(message)
+    except RuntimeError as exc:
+        recorded = failure_info(exc, "openvino")
+    assert recorded["verdict"] == {"status": "fail_convert", "detail": "aten.foo"}
+    # the report reads the recorded verdict, whichever backend's column the cell sits in
+    common = dict(workload="mlp", size="small", device="cpu", threads=1, batch=None, dtype="fp32")
+    cell = Cell.from_measurement(ended("failed", f"RuntimeError: {message}", info=recorded), backend="ort",
+                                 role="candidate", **common)
+    assert coverage.failure_status(cell) == ("fail_convert", "aten.foo")
+
+
 def test_a_failed_cell_of_a_hand_written_workload_is_in_the_matrix_without_a_reproducer(tmp_path):
     """A coverage-only run of built-in modules has the matrix too: a cell that fails is
     classified, and no reproducer is linked or written for a module no script rebuilds."""
@@ -138,9 +165,9 @@ def _coverage_results(tmp_path):
                        processes=1, interleave=False, noise_probe_s=0.0)
     common = dict(workload="mlp", size="small", device="cpu", threads=1, batch=None, dtype="fp32")
     ok = CellMeasurement(status="ok", compile_s=0.01, numerics_ok=True, max_abs_err=0.0, numerics_draws=1)
-    failed = ended("failed", "RuntimeError: No conversion rule found for operations: aten.foo",
-                   info={"failed_phase": "convert", "exception": "builtins.RuntimeError",
-                         "first_error_line": "No conversion rule found for operations: aten.foo"})
+    failed = ended("failed", "ConversionError: Unsupported FX nodes: {'aten.foo': ['no ONNX function']}",
+                   info={"failed_phase": "convert", "exception": "torch.onnx._internal.exporter.ConversionError",
+                         "first_error_line": "Unsupported FX nodes: {'aten.foo': ['no ONNX function']}"})
     results = RunResults(environment={"threads": 1, "cores": 2}, config=config.to_dict(), run_id="cov", started="now",
                          cells=[Cell.from_measurement(ok, backend="eager", role="reference", **common),
                                 Cell.from_measurement(failed, backend="ort", role="candidate", **common)])

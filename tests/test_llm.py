@@ -258,7 +258,7 @@ def test_a_module_that_fails_to_compile_names_itself_and_keeps_its_kind(tmp_path
     wrapped.__cause__ = ValueError("No ONNX function found for <OpOverload(op='transformers.grouped_mm_fallback'")
     with pytest.raises(RuntimeError) as failed:
         compile_part(Refusing(wrapped), None, [], ctx, "prefill")
-    from compare.report.coverage import unsupported_op
+    from adapters.failures import unsupported_op
     from compare.worker.steps import failure_info
 
     assert unsupported_op(failure_info(failed.value)["error_text"]) == "transformers.grouped_mm_fallback"

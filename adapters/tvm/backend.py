@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,7 @@ class TvmOptions(BackendOptions):
 
 
 class _TvmBase(Backend):
+    unsupported_op_patterns = (re.compile(r"Unsupported function types? \[?'?([\w.]+)"),)  # Relax's torch.export frontend
     options_type = TvmOptions
     int8_unavailable = ("TVM 0.27's Relax has no post-training quantizer: the QNN dialect and relay.quantize "
                         "went with Relay, and its torch frontend does not import PT2E's quantized_decomposed ops")

@@ -22,43 +22,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from adapters.failures import FAILURE_STATUSES, first_line
 from compare.report.backends import backend_class
 from compare.results.roles import REFERENCE
 from compare.results.schema import Cell, RunResults, atomic_write_text
 
 STATUSES = ("pass", "fail_export", "fail_convert", "fail_compile", "fail_accuracy", "timeout", "oom",
             "eager_fail", "unavailable")
-# How each frontend names the op it cannot take (the op is group 1).
-UNSUPPORTED_OP = (
-    re.compile(r"No conversion rule found for operations?: ([\w:.]+)"),  # OpenVINO's PyTorch frontend
-    re.compile(r"failed to legalize operation 'torch\.operator'.*?name = \"([\w.]+)\""),  # IREE: an op torch-mlir kept opaque
-    re.compile(r"failed to legalize operation '([\w.$]+)'"),  # MLIR (IREE)
-    re.compile(r"Operator (?:torch\._ops\.)?([\w.]+) is not in Core ATen opset"),  # ExecuTorch's verifier
-    re.compile(r"AssertionError: ((?:aten|transformers)\.[\w.]+)"),  # torchax (XLA): no lowering for the op
-    re.compile(r"Unsupported function types? \[?'?([\w.]+)"),  # TVM Relax's torch.export frontend
-    re.compile(r"Unsupported FX nodes: \{'?([\w.:]+)"),  # torch.onnx
-    re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)'"),  # torch.onnx's dispatcher
-    re.compile(r"[Nn]o (?:decomposition|lowering|translation|conversion|converter) (?:rule )?(?:found )?for "
-               r"(?:op |operator |the op )?'?([\w.:]+)"),
-    re.compile(r"Missing out variants?: \{'?([\w.:]+)"),  # ExecuTorch
-    re.compile(r"(aten[.:]{1,2}[\w.]+)'? (?:is )?(?:not supported|unsupported)"),
-)
 FAILED = ("fail_export", "fail_convert", "fail_compile", "fail_accuracy")  # the statuses a reproducer is written for
-EXPORT_MODULES = ("torch._dynamo", "torch.export", "torch._export", "torch.fx.experimental.symbolic_shapes")
-# torch.onnx's exporter says which of its three steps failed: torch.export (step 1) and the
-# decompositions run on its graph (step 2) are the export; step 3, the translation to ONNX
-# ops, is a conversion.
-ONNX_EXPORT_STEPS = re.compile(r"Failed to export the model with torch\.export|Failed to decompose the FX graph")
-ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]+m(?=\S)")
-CONVERT_PHASES = ("convert", "frontend", "lower")
-PHASE_IN_ERROR = re.compile(r"in phase '(\w+)'")
-
-
-def unsupported_op(error: str) -> str | None:
-    for pattern in UNSUPPORTED_OP:
-        if match := pattern.search(error):
-            return match.group(1).rstrip(".,")
-    return None
 
 
 def classify(cell: Cell, reference: Cell | None) -> tuple[str, str]:
@@ -80,24 +51,14 @@ def classify(cell: Cell, reference: Cell | None) -> tuple[str, str]:
 
 
 def failure_status(cell: Cell) -> tuple[str, str]:
-    """A failed cell: export, convert or compile, from the op its error names, the exception's
-    module and the phase it failed in."""
+    """A failed cell: the verdict its backend gave in the worker (``Backend.classify_failure``),
+    or, for a result recorded before verdicts were, the one its backend gives now."""
     info = cell.conditions.info if isinstance(cell.conditions.info, dict) else {}
-    error = cell.error or ""
-    if op := unsupported_op(f"{error}\n{info.get('error_text') or ''}"):  # the whole message the worker kept
-        return "fail_convert", op
-    phase = info.get("failed_phase") or ((m := PHASE_IN_ERROR.search(error)) and m.group(1)) or ""
-    if str(info.get("exception", "")).startswith(EXPORT_MODULES) or ONNX_EXPORT_STEPS.search(error):
-        return "fail_export", first_line(info.get("first_error_line") or error)
-    if phase in CONVERT_PHASES:
-        return "fail_convert", first_line(error)
-    return "fail_compile", first_line(info.get("first_error_line") or error)
-
-
-def first_line(text: str | None, limit: int = 160) -> str:
-    text = ANSI_CODE.sub("", text or "")  # torch.onnx colours its step numbers
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    verdict = info.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("status") in FAILURE_STATUSES:
+        return verdict["status"], verdict.get("detail", "")
+    found = backend_class(cell.backend).classify_failure(info, cell.error or "")
+    return found.status, found.detail
 
 
 def applies(results: RunResults) -> bool:

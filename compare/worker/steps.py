@@ -833,14 +833,20 @@ def _delta(value: float | None, base: float | None) -> float | None:
 ERROR_TEXT_CHARS = 4000  # of the exception chain's messages: where a frontend names the op it cannot take
 
 
-def failure_info(exc: BaseException) -> dict[str, Any]:
+def failure_info(exc: BaseException, backend: str | None = None) -> dict[str, Any]:
     """Where a cell failed, for the coverage matrix: the phase, the exception's type and
     module (torch.export's and dynamo's own errors say the export failed), its first line,
     and the messages of it and of the exceptions behind it (OpenVINO names the op on a later
-    line, torch.onnx in the exception its own wraps)."""
-    return {"failed_phase": PHASE["last"], "exception": f"{type(exc).__module__}.{type(exc).__name__}",
+    line, torch.onnx in the exception its own wraps); with ``backend``, that backend's
+    verdict on them (``Backend.classify_failure``), which the report reads."""
+    info: dict[str, Any] = {"failed_phase": PHASE["last"], "exception": f"{type(exc).__module__}.{type(exc).__name__}",
             "first_error_line": (str(exc).strip().splitlines() or [""])[0][:300],
             "error_text": "\n".join(exception_chain(exc))[:ERROR_TEXT_CHARS]}
+    if backend:
+        from adapters import backend_class
+
+        info["verdict"] = dataclasses.asdict(backend_class(backend).classify_failure(info, one_line(exc)))
+    return info
 
 
 def exception_chain(exc: BaseException | None, depth: int = 5) -> list[str]:
@@ -874,7 +880,7 @@ def main(argv: list[str] | None = None, measure=measure_cell) -> int:
     except Exception as exc:  # any backend error costs only this cell
         traceback.print_exc()
         status = "out_of_memory" if protocol.looks_out_of_memory(str(exc)) else "failed"
-        result = protocol.ended(status, one_line(exc), info=failure_info(exc))
+        result = protocol.ended(status, one_line(exc), info=failure_info(exc, spec.backend))
     result = dataclasses.replace(result, worker_s=time.perf_counter() - start)
     atomic_write_json(result_path, result.to_dict())
     sys.stdout.flush()
