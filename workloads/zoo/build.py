@@ -88,9 +88,8 @@ def entry_model(entry: Mapping[str, Any], size: str) -> nn.Module:
     if entry["inputs"]["kind"] != "text_image":
         return Called(model.eval(), names, entry.get("output"), extra)
     constants = {k: torch.tensor(v) for k, v in entry["inputs"].get("image_extra", {}).items() if k in accepted}
-    prefix, note = image_prompt(model.eval(), entry, size, constants)
+    prefix, token, note = image_prompt(model.eval(), entry, size, constants)
     if prefix and "mm_token_type_ids" in accepted:  # which tokens are the image's (1), for M-RoPE
-        token = prefix[len(prefix) // 2]
         types = [int(t == token) for t in prefix] + [0] * int(size_params(entry, size, "image_prompt")["seq"])
         constants["mm_token_type_ids"] = torch.tensor([types], dtype=torch.int32)
     called = Called(model, names, entry.get("output"), {**extra, **constants}, prefix)
@@ -99,12 +98,12 @@ def entry_model(entry: Mapping[str, Any], size: str) -> nn.Module:
 
 
 def image_prompt(model: nn.Module, entry: Mapping[str, Any], size: str,
-                 constants: Mapping[str, torch.Tensor]) -> tuple[list[int], str]:
+                 constants: Mapping[str, torch.Tensor]) -> tuple[list[int], int | None, str]:
     """A VLM's prompt prefix: as many image placeholder tokens as its vision tower gives
     features for the workload's pixels (``get_image_features``, counted as the model counts
     them: elements over the feature width), between the vision start/end tokens where the
-    config has them; and a note saying so. No prefix where the model has no such call or
-    token: its forward then fails with its own error."""
+    config has them; the placeholder's id; and a note saying so. No prefix where the model
+    has no such call or token: its forward then fails with its own error."""
     from workloads import make_inputs
 
     from . import entry_workload
@@ -114,7 +113,7 @@ def image_prompt(model: nn.Module, entry: Mapping[str, Any], size: str,
                   if isinstance(getattr(config, k, None), int)), None)
     features_of = getattr(model, "get_image_features", None)
     if token is None or features_of is None:
-        return [], "no image placeholder tokens: the config names no image token or the model no get_image_features"
+        return [], None, "no image placeholder tokens: the config names no image token or the model no get_image_features"
     specs = entry_workload(entry, "image_prompt").input_specs(size)
     pixels = next(t for s, t in zip(specs, make_inputs(specs)) if s.name == "pixel_values")
     taken = inspect.signature(features_of).parameters
@@ -130,7 +129,7 @@ def image_prompt(model: nn.Module, entry: Mapping[str, Any], size: str,
     note = (f"prompt: {count} image placeholder tokens (id {token}{', between vision start/end' if wrap else ''}) "
             f"before the text ids; pixels in the layout of {entry['inputs'].get('image_processor') or 'the config'}, "
             f"constants beside them: {extras}")
-    return prefix, note
+    return prefix, token, note
 
 
 def parameter_count(entry: Mapping[str, Any], size: str) -> int:
