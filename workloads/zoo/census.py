@@ -112,10 +112,11 @@ def covering_vocab(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str
     """``config`` with its text vocabulary grown to hold the special tokens the defaults name
     past its end: LLaVA's default image token is 32000 in a 32000-token Llama, which no
     published checkpoint is (theirs: 32064), and its embedding would be read out of range."""
+    from .hf_class import token_ids
+
     text = defaults.get("text_config") if isinstance(defaults.get("text_config"), dict) else defaults
     vocab = text.get("vocab_size")
-    special = [v for part in (defaults, text) for k, v in part.items()
-               if k.endswith(("_token_id", "_token_index")) and _int(v)]
+    special = token_ids(defaults, text)
     if not _int(vocab) or not special or max(special) < vocab:
         return config
     if text is defaults:

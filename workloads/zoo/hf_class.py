@@ -151,16 +151,16 @@ SPECIAL_TOKEN_FLOOR = 100  # ids below this are bos/eos/pad: harmless in a rando
 IMAGE_CONSTANT_MAX = 1024  # elements: a processor's tensor beside the pixels kept as a constant
 
 
+def token_ids(*parts: dict[str, Any]) -> list[int]:
+    """The token ids (``*_token_id``, ``*_token_index``) that config dicts name at their top level."""
+    return [v for part in parts for k, v in part.items()
+            if k.endswith(("_token_id", "_token_index")) and isinstance(v, int) and not isinstance(v, bool)]
+
+
 def special_token_ids(cfg) -> list[int]:
     """The config's special token ids above the first few (image, video, vision start/end...),
     which a random text prompt must not hold: the model counts its image placeholders."""
-    found = []
-    for part in (cfg, cfg.get_text_config()):
-        for key, value in part.to_dict().items():
-            if key.endswith(("_token_id", "_token_index")) and isinstance(value, int) and not isinstance(value, bool) \
-                    and value >= SPECIAL_TOKEN_FLOOR:
-                found.append(value)
-    return found
+    return [v for v in token_ids(cfg.to_dict(), cfg.get_text_config().to_dict()) if v >= SPECIAL_TOKEN_FLOOR]
 
 
 def processed_image(cfg, side: int) -> dict[str, Any]:
