@@ -1,10 +1,8 @@
-"""The backend classes, for what each contributes to the reports (its notes, its reproducer)."""
+"""The backend classes, for what each contributes to the reports (its notes, its reproducer,
+its failure verdicts): ``adapters.backend_class``, the base class for a backend not installed
+here (its cells still show, without its own notes)."""
 from __future__ import annotations
 
+from adapters import backend_class
 
-def backend_class(name: str):
-    """The backend's class, for what it contributes to the reports; the base class for a
-    backend not installed here (its cells still show, without its own notes)."""
-    from adapters import backend_class as of_name
-
-    return of_name(name)
+__all__ = ["backend_class"]
